@@ -1,0 +1,27 @@
+// The CPU thread pool every CPU kernel runs on.
+//
+// Its size is DLTRAIN_NUM_THREADS (default: std::thread::hardware_concurrency)
+// and can be changed at run time with set_num_threads. parallel_for splits a
+// range into at most num_threads() contiguous chunks; a call made from inside
+// a pool task runs inline, so kernels may nest without deadlock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace dltrain {
+
+/// Number of threads CPU kernels use.
+int get_num_threads();
+/// Sets the number of CPU threads (>= 1). Throws dltrain::Error otherwise.
+void set_num_threads(int n);
+
+/// Runs f(begin_chunk, end_chunk) over [begin, end) split into chunks of at least
+/// `grain` iterations, in parallel on the pool. Exceptions propagate to the caller.
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& f);
+
+/// True while the calling thread is executing a parallel_for chunk.
+bool in_parallel_region();
+
+}  // namespace dltrain

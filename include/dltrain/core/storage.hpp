@@ -1,0 +1,39 @@
+// Storage: a reference-counted, 64-byte-aligned buffer on one device.
+//
+// Tensors are views over a Storage (shape, strides, offset); several tensors
+// may share one. The buffer is freed when the last owner goes away. CPU memory
+// comes from aligned operator new; CUDA memory from the backend's
+// stream-ordered pool (a build without CUDA raises a clear error instead).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "dltrain/core/device.hpp"
+
+namespace dltrain {
+
+/// A shared byte buffer on a device.
+class Storage {
+ public:
+  Storage() = default;
+  /// Allocates `nbytes` on `device` (uninitialised). Throws dltrain::Error on failure.
+  Storage(size_t nbytes, Device device);
+  /// Wraps memory owned elsewhere; `deleter` runs when the last owner goes.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+
+  void* data() const { return data_.get(); }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  bool defined() const { return data_ != nullptr || nbytes_ == 0; }
+  /// Number of owners of the buffer (for tests of view sharing).
+  long use_count() const { return data_.use_count(); }
+
+ private:
+  std::shared_ptr<void> data_;
+  size_t nbytes_ = 0;
+  Device device_;
+};
+
+}  // namespace dltrain

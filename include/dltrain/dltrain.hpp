@@ -1,0 +1,20 @@
+// The whole public API of dltrain.
+#pragma once
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/device.hpp"
+#include "dltrain/core/dtype.hpp"
+#include "dltrain/core/error.hpp"
+#include "dltrain/core/generator.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "dltrain/core/tensor.hpp"
+#include "dltrain/ops/conv.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/indexing.hpp"
+#include "dltrain/ops/linalg.hpp"
+#include "dltrain/ops/loss.hpp"
+#include "dltrain/ops/norm.hpp"
+#include "dltrain/ops/pool.hpp"
+#include "dltrain/ops/reduction.hpp"
+#include "dltrain/ops/shape.hpp"
+#include "dltrain/version.hpp"

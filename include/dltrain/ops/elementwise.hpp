@@ -1,0 +1,96 @@
+// Broadcasting elementwise ops, comparisons and selection, each differentiable
+// where it makes sense. Binary ops broadcast NumPy-style and promote dtypes
+// (promote_types); a double scalar keeps the tensor's dtype (int tensors with
+// a fractional scalar become float32). Inputs must share a device.
+#pragma once
+
+#include <optional>
+
+#include "dltrain/core/tensor.hpp"
+
+namespace dltrain {
+
+/// a + alpha * b.
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);
+/// a - alpha * b.
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+/// Elementwise maximum / minimum (gradient goes to the larger / smaller; split on ties).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor square(const Tensor& x);
+/// x ** exponent.
+Tensor pow(const Tensor& x, double exponent);
+/// x ** y elementwise (broadcasting); x must be positive where d/dy is needed.
+Tensor pow(const Tensor& x, const Tensor& y);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// GELU; approximate = false uses erf, true the tanh form (as PyTorch's approximate="tanh").
+Tensor gelu(const Tensor& x, bool approximate = false);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+/// Clamps into [min, max]; either bound may be absent. Gradient is 1 inside, 0 outside.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+
+/// cond ? a : b elementwise, with broadcasting; cond is a bool (or u8) tensor.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// x with `value` where mask is true (mask broadcasts to x).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+/// Comparisons: bool tensors, broadcasting, no gradient.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor logical_not(const Tensor& x);
+
+/// True when a and b have the same shape and all |a-b| <= atol + rtol*|b|.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// In-place updates (optimizers, gradient accumulation). They do not record autograd and
+// refuse leaves that require grad while grad mode is on (use NoGradGuard).
+/// self += alpha * other (other broadcasts to self).
+Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1.0);
+Tensor& mul_(Tensor& self, const Tensor& other);
+Tensor& mul_(Tensor& self, double v);
+Tensor& add_(Tensor& self, double v);
+/// self += value * t1 * t2
+Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
+/// self += value * t1 / t2
+Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
+
+}  // namespace dltrain

@@ -1,0 +1,186 @@
+// A fixed thread pool with a blocking parallel_for.
+//
+// Workers sleep on a condition variable; parallel_for publishes one job made
+// of N chunks, the caller runs chunk 0 itself and waits for the rest. Calls
+// from inside a chunk run inline (no nested parallelism, no deadlock). The
+// pool is resized lazily when set_num_threads changes the count.
+#include "dltrain/core/parallel.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dltrain/core/error.hpp"
+
+namespace dltrain {
+
+namespace {
+
+thread_local bool t_in_parallel = false;
+
+int default_threads() {
+  if (const char* env = std::getenv("DLTRAIN_NUM_THREADS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    DLTRAIN_CHECK(end != env && *end == '\0' && v >= 1 && v <= 4096,
+                  "DLTRAIN_NUM_THREADS='", env,
+                  "' is not a positive thread count; set it to an integer such as 4, or unset it");
+    return static_cast<int>(v);
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+class Pool {
+ public:
+  explicit Pool(int n) { start(n); }
+  ~Pool() { stop(); }
+
+  int size() const { return n_; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> run(run_mu_);
+    stop();
+    start(n);
+  }
+
+  void run(int64_t chunks, const std::function<void(int64_t)>& fn) {
+    std::lock_guard<std::mutex> run(run_mu_);  // one job at a time
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fn_ = &fn;
+      chunks_ = chunks;
+      next_ = 1;
+      pending_ = chunks - 1;
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    execute(0);
+    work_until_done(generation_);
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void execute(int64_t i) {
+    t_in_parallel = true;
+    try {
+      (*fn_)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    t_in_parallel = false;
+  }
+  // Claims chunks of job `gen` under the lock, so a late worker never runs a chunk of a
+  // newer job twice.
+  void work_until_done(uint64_t gen) {
+    for (;;) {
+      int64_t i;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (generation_ != gen || fn_ == nullptr || next_ >= chunks_) return;
+        i = next_++;
+      }
+      execute(i);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+  void worker() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return quit_ || (generation_ != seen && fn_ != nullptr); });
+        if (quit_) return;
+        seen = generation_;
+      }
+      work_until_done(seen);
+    }
+  }
+  void start(int n) {
+    n_ = n;
+    quit_ = false;
+    for (int i = 1; i < n; ++i) threads_.emplace_back([this] { worker(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  int n_ = 1;
+  std::vector<std::thread> threads_;
+  std::mutex run_mu_, mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t chunks_ = 0;
+  int64_t next_ = 0;
+  int64_t pending_ = 0;
+  uint64_t generation_ = 0;
+  bool quit_ = false;
+  std::exception_ptr error_;
+};
+
+std::atomic<int> g_threads{0};
+
+Pool& pool() {
+  static Pool p(get_num_threads());
+  return p;
+}
+
+}  // namespace
+
+int get_num_threads() {
+  int n = g_threads.load();
+  if (n == 0) {
+    n = default_threads();
+    g_threads.store(n);
+  }
+  return n;
+}
+
+void set_num_threads(int n) {
+  DLTRAIN_CHECK(n >= 1, "set_num_threads(", n, "): the thread count must be at least 1");
+  g_threads.store(n);
+  if (pool().size() != n) pool().resize(n);
+}
+
+bool in_parallel_region() { return t_in_parallel; }
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& f) {
+  if (end <= begin) return;
+  const int64_t n = end - begin;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t threads = get_num_threads();
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+  if (chunks <= 1 || t_in_parallel) {
+    f(begin, end);
+    return;
+  }
+  Pool& p = pool();
+  if (p.size() != threads) p.resize(static_cast<int>(threads));
+  const int64_t step = (n + chunks - 1) / chunks;
+  chunks = (n + step - 1) / step;
+  p.run(chunks, [&](int64_t c) {
+    const int64_t b = begin + c * step;
+    f(b, std::min(end, b + step));
+  });
+}
+
+}  // namespace dltrain

@@ -1,0 +1,78 @@
+// Finite-difference gradient checking in float64 for the op tests.
+//
+// gradcheck(f, inputs) computes the analytical gradient of sum(f(inputs) * w)
+// (w a fixed random weight, so every output element matters) with backward(),
+// and compares it with central differences (eps 1e-6) on every element of every
+// input that requires grad. Inputs may be non-contiguous or channels-last views:
+// the perturbation goes through the view, so layouts are exercised as given.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "dltrain/dltrain.hpp"
+
+namespace dltrain::testing {
+
+/// Leaf in f64 with random values; `requires_grad` set.
+inline Tensor leaf(const Shape& shape, uint64_t seed, double scale = 1.0) {
+  Generator g(seed);
+  Tensor t = mul(randn(shape, DType::f64, &g), scale);
+  t.requires_grad_();
+  return t;
+}
+
+/// Checks analytical against numerical gradients; returns the worst abs error seen.
+inline double gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                        std::vector<Tensor> inputs, double eps = 1e-6, double atol = 1e-5,
+                        double rtol = 1e-4) {
+  for (auto& t : inputs) t.set_grad(Tensor());
+  Tensor out = f(inputs);
+  REQUIRE(out.dtype() == DType::f64);
+  Generator gw(1234);
+  Tensor w = randn(out.shape(), DType::f64, &gw);
+  sum(mul(out, w)).backward();
+  double worst = 0.0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Tensor x = inputs[k];
+    if (!x.requires_grad()) continue;
+    Tensor analytic = x.grad();
+    REQUIRE(analytic.defined());
+    REQUIRE(analytic.shape() == x.shape());
+    const std::vector<double> an = analytic.to_vector<double>();
+    // Perturb through a flat index of the logical (row-major) order, writing via the view.
+    Tensor xd = x.detach();
+    const Shape st = contiguous_strides(x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t off = xd.storage_offset(), rem = i;
+      for (int64_t d = 0; d < x.dim(); ++d) {
+        off += (rem / st[d]) * x.strides()[d];
+        rem %= st[d];
+      }
+      double* p = static_cast<double*>(xd.storage().data()) + off;
+      const double orig = *p;
+      NoGradGuard ng;
+      *p = orig + eps;
+      const double fp = sum(mul(f(inputs), w)).item<double>();
+      *p = orig - eps;
+      const double fm = sum(mul(f(inputs), w)).item<double>();
+      *p = orig;
+      const double num = (fp - fm) / (2 * eps);
+      const double err = std::abs(num - an[static_cast<size_t>(i)]);
+      worst = std::max(worst, err);
+      if (err > atol + rtol * std::abs(num)) {
+        std::ostringstream os;
+        os << "input " << k << " element " << i << ": analytical " << an[static_cast<size_t>(i)]
+           << " numerical " << num;
+        FAIL(os.str());
+      }
+    }
+  }
+  return worst;
+}
+
+}  // namespace dltrain::testing
