@@ -82,10 +82,9 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 
 // --- Tensor members ------------------------------------------------------------
 
-const std::shared_ptr<TensorImpl>& Tensor::checked() const {
-  DLTRAIN_CHECK(impl_ != nullptr, "operation on an undefined Tensor (default-constructed, or a "
-                                  "gradient that was never computed)");
-  return impl_;
+void Tensor::throw_undefined() {
+  DLTRAIN_FAIL("operation on an undefined Tensor (default-constructed, or a gradient that was never "
+               "computed); check defined() first");
 }
 
 int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "Tensor::size")]; }

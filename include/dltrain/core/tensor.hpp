@@ -91,7 +91,11 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   bool defined() const { return impl_ != nullptr; }
-  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+  /// The state behind the handle; throws dltrain::Error on an undefined tensor.
+  const std::shared_ptr<TensorImpl>& impl() const {
+    if (!impl_) throw_undefined();
+    return impl_;
+  }
 
   // --- metadata -----------------------------------------------------------
   const Shape& shape() const { return impl()->shape; }
@@ -183,7 +187,8 @@ class Tensor {
   std::string str() const;
 
  private:
-  const std::shared_ptr<TensorImpl>& checked() const;
+  const std::shared_ptr<TensorImpl>& checked() const { return impl(); }
+  [[noreturn]] static void throw_undefined();
   std::shared_ptr<TensorImpl> impl_;
 };
 

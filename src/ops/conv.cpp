@@ -1,0 +1,292 @@
+// conv2d (cross-correlation with stride, padding, dilation, groups) and its gradients.
+//
+// The CPU kernel works on contiguous NCHW data in float or double (f16/bf16
+// are upcast and the result rounded once; channels-last inputs are converted
+// and the output converted back, so the output always has the input's memory
+// format). Each image and group is one GEMM: y_g = W_g * im2col(x_g); 1x1
+// stride-1 unpadded convolutions multiply x directly. Work is split over
+// images (each thread owns its column buffers) when there are enough images
+// for the pool, otherwise inside each GEMM. Backward computes grad_input as
+// col2im(W_g^T * gy_g), grad_weight as sum_n gy_g * im2col(x_g)^T in
+// per-thread accumulators reduced at the end, and grad_bias as a plain sum.
+// The backward kernels are not themselves recorded (no double backward).
+#include "dltrain/ops/conv.hpp"
+
+#include <memory>
+#include <mutex>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "src/backend/cpu/gemm.hpp"
+#include "src/ops/common.hpp"
+
+namespace dltrain {
+
+using backend::cpu::ConvGeom;
+using backend::cpu::Mat;
+
+namespace {
+
+struct ConvShape {
+  int64_t N, Cin, H, W, Cout, kh, kw, Ho, Wo, groups;
+  Int2 stride, pad, dil;
+  int64_t cin_g() const { return Cin / groups; }
+  int64_t cout_g() const { return Cout / groups; }
+  int64_t K() const { return cin_g() * kh * kw; }
+  int64_t L() const { return Ho * Wo; }
+  bool pointwise() const {
+    return kh == 1 && kw == 1 && stride == Int2(1) && pad == Int2(0);
+  }
+  ConvGeom geom() const {
+    return {cin_g(), H, W, kh, kw, stride.h, stride.w, pad.h, pad.w, dil.h, dil.w, Ho, Wo};
+  }
+};
+
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+template <class T>
+std::unique_ptr<T[]> buffer(int64_t n) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+}
+
+// True when images should be spread over threads (each runs serial GEMMs).
+bool split_images(int64_t N) {
+  const int64_t t = get_num_threads();
+  return t > 1 && !in_parallel_region() && N >= t && (N % t == 0 || N >= 4 * t);
+}
+
+// Calls fn(begin, end) over images, in parallel when split_images says so.
+template <class F>
+void over_images(int64_t N, F&& fn) {
+  if (split_images(N)) {
+    parallel_for(0, N, 1, [&](int64_t b, int64_t e) { fn(b, e); });
+  } else {
+    fn(0, N);
+  }
+}
+
+template <class T>
+void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvShape& s) {
+  const ConvGeom g = s.geom();
+  const int64_t Cg = s.cin_g(), Og = s.cout_g(), K = s.K(), L = s.L(), HW = s.H * s.W;
+  const bool pw = s.pointwise();
+  over_images(s.N, [&](int64_t n0, int64_t n1) {
+    auto col = buffer<T>(pw ? 0 : K * L);
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t gr = 0; gr < s.groups; ++gr) {
+        const T* xg = x + (n * s.Cin + gr * Cg) * HW;
+        const T* B = xg;
+        if (!pw) {
+          backend::cpu::im2col(xg, g, col.get());
+          B = col.get();
+        }
+        T* yg = y + (n * s.Cout + gr * Og) * L;
+        if (bias)
+          for (int64_t o = 0; o < Og; ++o) std::fill(yg + o * L, yg + (o + 1) * L, bias[gr * Og + o]);
+        backend::cpu::gemm<T>({w + gr * Og * K, Og, K, K, 1}, {B, K, L, L, 1}, {yg, Og, L, L, 1},
+                              bias ? T(1) : T(0));
+      }
+    }
+  });
+}
+
+// gx and gw (when non-null) must be zero-filled by the caller.
+template <class T>
+void conv_backward(const T* x, const T* w, const T* gy, T* gx, T* gw, T* gb, const ConvShape& s) {
+  const ConvGeom g = s.geom();
+  const int64_t Cg = s.cin_g(), Og = s.cout_g(), K = s.K(), L = s.L(), HW = s.H * s.W;
+  const int64_t wnum = s.Cout * K;
+  const bool pw = s.pointwise();
+  const bool split = split_images(s.N);
+  std::mutex mu;
+  if (gx || gw) {
+    over_images(s.N, [&](int64_t n0, int64_t n1) {
+      auto col = buffer<T>(pw || !gw ? 0 : K * L);
+      auto gcol = buffer<T>(pw || !gx ? 0 : K * L);
+      std::unique_ptr<T[]> local;
+      T* gwa = gw;
+      if (gw && split) {
+        local = buffer<T>(wnum);
+        std::fill(local.get(), local.get() + wnum, T(0));
+        gwa = local.get();
+      }
+      for (int64_t n = n0; n < n1; ++n) {
+        for (int64_t gr = 0; gr < s.groups; ++gr) {
+          const Mat<const T> gyg{gy + (n * s.Cout + gr * Og) * L, Og, L, L, 1};
+          const Mat<const T> wg{w + gr * Og * K, Og, K, K, 1};
+          const T* xg = x + (n * s.Cin + gr * Cg) * HW;
+          if (gw) {
+            const T* B = xg;
+            if (!pw) {
+              backend::cpu::im2col(xg, g, col.get());
+              B = col.get();
+            }
+            backend::cpu::gemm<T>(gyg, Mat<const T>{B, K, L, L, 1}.t(), {gwa + gr * Og * K, Og, K, K, 1},
+                                  T(1));
+          }
+          if (gx) {
+            T* gxg = gx + (n * s.Cin + gr * Cg) * HW;
+            if (pw) {
+              backend::cpu::gemm<T>(wg.t(), gyg, {gxg, Cg, L, L, 1}, T(0));
+            } else {
+              backend::cpu::gemm<T>(wg.t(), gyg, {gcol.get(), K, L, L, 1}, T(0));
+              backend::cpu::col2im(gcol.get(), g, gxg);
+            }
+          }
+        }
+      }
+      if (local) {
+        std::lock_guard<std::mutex> lk(mu);
+        for (int64_t i = 0; i < wnum; ++i) gw[i] += local[i];
+      }
+    });
+  }
+  if (gb) {
+    parallel_for(0, s.Cout, 16, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        T acc = 0;
+        for (int64_t n = 0; n < s.N; ++n) {
+          const T* p = gy + (n * s.Cout + o) * L;
+          for (int64_t l = 0; l < L; ++l) acc += p[l];
+        }
+        gb[o] = acc;
+      }
+    });
+  }
+}
+
+// Contiguous NCHW copy of t in dtype ct, cut from the graph.
+Tensor prepared(const Tensor& t, DType ct) {
+  return t.defined() ? t.detach().to(ct).contiguous() : Tensor();
+}
+
+template <class T>
+const T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T>
+T* mptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+struct ConvGrads {
+  Tensor gx, gw, gb;
+};
+
+// What backward needs to know besides the saved tensors.
+struct ConvMeta {
+  DType dtype;
+  MemoryFormat x_fmt, w_fmt;
+  bool need_x, need_w, need_b;
+};
+
+// x is defined when need_w, w when need_x.
+ConvGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0, const ConvShape& s,
+                          const ConvMeta& m) {
+  const bool need_x = m.need_x, need_w = m.need_w, need_b = m.need_b;
+  const DType dt = m.dtype, ct = is_half(dt) ? DType::f32 : dt;
+  Tensor xc = need_w ? prepared(x, ct) : Tensor(), wc = need_x ? prepared(w, ct) : Tensor();
+  Tensor gy = prepared(gy0, ct);
+  ConvGrads r;
+  if (need_x) r.gx = zeros({s.N, s.Cin, s.H, s.W}, TensorOptions(ct));
+  if (need_w) r.gw = zeros({s.Cout, s.cin_g(), s.kh, s.kw}, TensorOptions(ct));
+  if (need_b) r.gb = empty({s.Cout}, TensorOptions(ct));
+  dispatch_floating(ct, "conv2d_backward", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      conv_backward<T>(ptr<T>(xc), ptr<T>(wc), ptr<T>(gy), mptr<T>(r.gx), mptr<T>(r.gw), mptr<T>(r.gb),
+                       s);
+  });
+  if (ct != dt) {
+    if (r.gx.defined()) r.gx = r.gx.to(dt);
+    if (r.gw.defined()) r.gw = r.gw.to(dt);
+    if (r.gb.defined()) r.gb = r.gb.to(dt);
+  }
+  if (r.gx.defined() && m.x_fmt == MemoryFormat::ChannelsLast)
+    r.gx = r.gx.contiguous(MemoryFormat::ChannelsLast);
+  if (r.gw.defined() && m.w_fmt == MemoryFormat::ChannelsLast)
+    r.gw = r.gw.contiguous(MemoryFormat::ChannelsLast);
+  return r;
+}
+
+int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+}  // namespace
+
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
+                         bool ceil_mode) {
+  DLTRAIN_CHECK(stride > 0 && kernel > 0 && dilation > 0 && pad >= 0,
+                "conv_output_size: kernel (", kernel, "), stride (", stride, ") and dilation (",
+                dilation, ") must be positive and padding (", pad, ") non-negative");
+  const int64_t num = in + 2 * pad - dilation * (kernel - 1) - 1;
+  int64_t out = floor_div(num + (ceil_mode ? stride - 1 : 0), stride) + 1;
+  // With ceil_mode the last window must start inside the input or its left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 stride, Int2 padding,
+              Int2 dilation, int64_t groups) {
+  detail::check_defined("conv2d", x, "input");
+  detail::check_defined("conv2d", weight, "weight");
+  detail::require_cpu("conv2d", {&x, &weight, &bias});
+  DLTRAIN_CHECK(x.dim() == 4, "conv2d: expected a 4-d input [N, C, H, W] but got shape ",
+                shape_str(x.shape()), "; add a batch dim with unsqueeze(0)");
+  DLTRAIN_CHECK(weight.dim() == 4, "conv2d: expected a 4-d weight [C_out, C_in/groups, kH, kW] but got ",
+                shape_str(weight.shape()));
+  DLTRAIN_CHECK(is_floating(x.dtype()) && x.dtype() == weight.dtype() &&
+                    (!bias.defined() || bias.dtype() == x.dtype()),
+                "conv2d: input, weight and bias must share one floating dtype but got ", x.dtype(),
+                ", ", weight.dtype(), bias.defined() ? ", " : "",
+                bias.defined() ? dtype_name(bias.dtype()) : "", "; convert them with .to(dtype)");
+  DLTRAIN_CHECK(groups >= 1, "conv2d: groups must be >= 1 but got ", groups);
+  DLTRAIN_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 && padding.h >= 0 &&
+                    padding.w >= 0,
+                "conv2d: stride (", stride.h, ", ", stride.w, ") and dilation (", dilation.h, ", ",
+                dilation.w, ") must be positive and padding (", padding.h, ", ", padding.w,
+                ") non-negative");
+  const int64_t N = x.size(0), Cin = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+  DLTRAIN_CHECK(Cin % groups == 0 && Cout % groups == 0 && weight.size(1) * groups == Cin,
+                "conv2d: input ", shape_str(x.shape()), " has ", Cin, " channels but weight ",
+                shape_str(weight.shape()), " with groups=", groups, " expects ",
+                weight.size(1) * groups, " (C_in/groups = weight.size(1)) and C_out = ", Cout,
+                " divisible by groups; fix the weight's shape or the groups argument");
+  DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == Cout), "conv2d: bias must be [",
+                Cout, "] (one per output channel of weight ", shape_str(weight.shape()), ") but got ",
+                bias.defined() ? shape_str(bias.shape()) : std::string());
+  DLTRAIN_CHECK(kh > 0 && kw > 0, "conv2d: weight ", shape_str(weight.shape()), " has an empty kernel");
+  const int64_t Ho = conv_output_size(H, kh, stride.h, padding.h, dilation.h);
+  const int64_t Wo = conv_output_size(W, kw, stride.w, padding.w, dilation.w);
+  DLTRAIN_CHECK(Ho > 0 && Wo > 0, "conv2d: input ", shape_str(x.shape()), " padded by (", padding.h, ", ",
+                padding.w, ") is smaller than the dilated kernel of weight ", shape_str(weight.shape()),
+                " (dilation ", dilation.h, ", ", dilation.w, "); pad more or use a smaller kernel");
+  const ConvShape s{N, Cin, H, W, Cout, kh, kw, Ho, Wo, groups, stride, padding, dilation};
+
+  const DType dt = x.dtype(), ct = is_half(dt) ? DType::f32 : dt;
+  Tensor xc = prepared(x, ct), wc = prepared(weight, ct), bc = prepared(bias, ct);
+  Tensor y = empty({N, Cout, Ho, Wo}, TensorOptions(ct));
+  dispatch_floating(ct, "conv2d", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      conv_forward<T>(ptr<T>(xc), ptr<T>(wc), ptr<T>(bc), mptr<T>(y), s);
+  });
+  if (ct != dt) y = y.to(dt);
+  if (x.suggest_memory_format() == MemoryFormat::ChannelsLast)
+    y = y.contiguous(MemoryFormat::ChannelsLast);
+
+  const bool rx = x.requires_grad(), rw = weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  const ConvMeta meta{dt, x.suggest_memory_format(), weight.suggest_memory_format(), rx, rw, rb};
+  autograd::record("conv2d", {x, weight, bias}, {y},
+                   [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), s,
+                    meta](const std::vector<Tensor>& g) {
+                     ConvGrads r = conv2d_backward(xs, ws, g[0], s, meta);
+                     return std::vector<Tensor>{r.gx, r.gw, r.gb};
+                   });
+  return y;
+}
+
+}  // namespace dltrain

@@ -1,0 +1,370 @@
+// Gathering and scattering by index, with their gradients.
+//
+// Index tensors are read once into int64 vectors (int32 accepted) and every
+// value is bounds-checked before any kernel runs, so a bad index raises
+// dltrain::Error naming the value, its position and the valid range. Two
+// kernels do the row work: take_rows copies slices [outer, idx[k], inner] and
+// index_add_rows accumulates them back; scatter_into does the general
+// (torch.scatter_add) case. Accumulating kernels are parallel only over
+// disjoint output regions and loop over repeated indices in order, so the
+// results are deterministic and race-free. Outputs are contiguous.
+#include "dltrain/ops/indexing.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "src/backend/cpu/cast.hpp"
+#include "src/ops/common.hpp"
+
+namespace dltrain {
+
+using backend::cpu::cast;
+
+namespace {
+
+// Reads an int64/int32 index tensor as int64 values in row-major order.
+std::vector<int64_t> read_index(const char* op, const Tensor& idx, const char* name) {
+  detail::check_defined(op, idx, name);
+  DLTRAIN_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, op, ": '", name,
+                "' must be an index tensor of dtype int64 (or int32) but has dtype ", idx.dtype(),
+                "; convert it with .to(DType::i64)");
+  return idx.detach().to_vector<int64_t>();
+}
+
+void check_range(const char* op, const std::vector<int64_t>& v, int64_t n, const char* what) {
+  for (size_t i = 0; i < v.size(); ++i)
+    DLTRAIN_CHECK(v[i] >= 0 && v[i] < n, op, ": index ", v[i], " at position ", i,
+                  " is out of range for ", what, " of size ", n, "; valid range is [0, ", n, ")");
+}
+
+// Sizes before dim, at dim and after dim.
+struct Split3 {
+  int64_t outer = 1, L = 1, inner = 1;
+};
+Split3 split3(const Shape& s, int64_t dim) {
+  Split3 r;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < dim)
+      r.outer *= s[d];
+    else if (d == dim)
+      r.L = s[d];
+    else
+      r.inner *= s[d];
+  }
+  return r;
+}
+
+// out[o, k, :] = x[o, idx[k], :] for contiguous x [outer, L, inner]; out contiguous [outer, K,
+// inner].
+void take_rows(const Tensor& xc, const Split3& s, const std::vector<int64_t>& idx,
+               const Tensor& out) {
+  const int64_t K = static_cast<int64_t>(idx.size());
+  const size_t es = xc.element_size();
+  const size_t row = static_cast<size_t>(s.inner) * es;
+  const char* src = static_cast<const char*>(xc.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  parallel_for(0, s.outer * K, std::max<int64_t>(1, 16384 / std::max<int64_t>(s.inner, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t u = b; u < e; ++u) {
+                   const int64_t o = u / K, k = u % K;
+                   std::memcpy(dst + static_cast<size_t>(u) * row,
+                               src + static_cast<size_t>(o * s.L + idx[k]) * row, row);
+                 }
+               });
+}
+
+// dst[o, idx[k], :] += src[o, k, :] (both contiguous), skipping idx[k] == skip.
+void index_add_rows(const Tensor& dst, const Split3& s, const std::vector<int64_t>& idx,
+                    const Tensor& src, int64_t skip = -1, const char* op = "index_add") {
+  const int64_t K = static_cast<int64_t>(idx.size());
+  const int64_t B = 256;
+  const int64_t nbj = (s.inner + B - 1) / B;
+  dispatch_numeric(dst.dtype(), op, [&]<class T>() {
+    using A = acc_t<T>;
+    T* d = dst.data<T>();
+    const T* sp = src.data<T>();
+    const int64_t cost = std::max<int64_t>(1, K * std::min(s.inner, B));
+    parallel_for(0, s.outer * nbj, std::max<int64_t>(1, 16384 / cost), [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e; ++u) {
+        const int64_t o = u / nbj, j0 = (u % nbj) * B, j1 = std::min(s.inner, j0 + B);
+        for (int64_t k = 0; k < K; ++k) {
+          if (idx[k] == skip) continue;
+          T* drow = d + (o * s.L + idx[k]) * s.inner;
+          const T* srow = sp + (o * K + k) * s.inner;
+          for (int64_t j = j0; j < j1; ++j) drow[j] = cast<T>(cast<A>(drow[j]) + cast<A>(srow[j]));
+        }
+      }
+    });
+  });
+}
+
+void unravel(int64_t pos, const Shape& shape, std::vector<int64_t>& c) {
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    c[d] = shape[d] == 0 ? 0 : pos % shape[d];
+    pos = shape[d] == 0 ? 0 : pos / shape[d];
+  }
+}
+
+// out[i] = x[i with coordinate dim replaced by idx[i]] over the positions of `ishape`.
+Tensor gather_raw(const Tensor& x, int64_t dim, const std::vector<int64_t>& idx,
+                  const Shape& ishape) {
+  Tensor out = empty(ishape, x.options());
+  const int64_t n = shape_numel(ishape), nd = static_cast<int64_t>(ishape.size());
+  const Shape xs = x.strides();
+  dispatch_all(x.dtype(), [&]<class T>() {
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = out.data<T>();
+    parallel_for(0, n, 16384, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> c(static_cast<size_t>(nd), 0);
+      unravel(b, ishape, c);
+      for (int64_t i = b; i < e; ++i) {
+        int64_t off = 0;
+        for (int64_t d = 0; d < nd; ++d) off += (d == dim ? idx[i] : c[d]) * xs[d];
+        op[i] = xp[off];
+        for (int64_t d = nd - 1; d >= 0; --d) {
+          if (++c[d] < ishape[d]) break;
+          c[d] = 0;
+        }
+      }
+    });
+  });
+  return out;
+}
+
+// dst (contiguous) [.., idx[c], ..] += src[c] for every position c of `ishape` (src any strides).
+// Work is split over positions that differ outside `dim`, which never collide in dst.
+void scatter_into(const Tensor& dst, int64_t dim, const std::vector<int64_t>& idx,
+                  const Shape& ishape, const Tensor& src, const char* op) {
+  const int64_t nd = static_cast<int64_t>(ishape.size());
+  Shape outer_shape = ishape;
+  outer_shape[dim] = 1;
+  const int64_t units = shape_numel(outer_shape), K = ishape[dim];
+  if (units == 0 || K == 0) return;
+  const Shape ds = dst.strides(), ss = src.strides(), is = contiguous_strides(ishape);
+  dispatch_numeric(dst.dtype(), op, [&]<class T>() {
+    using A = acc_t<T>;
+    T* dp = dst.data<T>();
+    const T* sp = static_cast<const T*>(src.data_ptr());
+    parallel_for(0, units, std::max<int64_t>(1, 16384 / K), [&](int64_t b, int64_t e) {
+      std::vector<int64_t> c(static_cast<size_t>(nd), 0);
+      for (int64_t u = b; u < e; ++u) {
+        unravel(u, outer_shape, c);
+        int64_t so = 0, dso = 0, io = 0;
+        for (int64_t d = 0; d < nd; ++d) {
+          if (d == dim) continue;
+          so += c[d] * ss[d];
+          dso += c[d] * ds[d];
+          io += c[d] * is[d];
+        }
+        for (int64_t k = 0; k < K; ++k) {
+          T& t = dp[dso + idx[io + k * is[dim]] * ds[dim]];
+          t = cast<T>(cast<A>(t) + cast<A>(sp[so + k * ss[dim]]));
+        }
+      }
+    });
+  });
+}
+
+// Checks the shared rules of gather/scatter_add: same ndim, index no larger than `x` outside dim.
+void check_index_shape(const char* op, const Tensor& x, int64_t dim, const Tensor& index) {
+  DLTRAIN_CHECK(index.dim() == x.dim(), op, ": index must have as many dimensions as the input (",
+                x.dim(), ") but has shape ", shape_str(index.shape()), " for input ",
+                shape_str(x.shape()));
+  for (int64_t d = 0; d < x.dim(); ++d)
+    DLTRAIN_CHECK(d == dim || index.size(d) <= x.size(d), op, ": index of shape ",
+                  shape_str(index.shape()), " is larger than the input of shape ",
+                  shape_str(x.shape()), " in dimension ", d, " (only dimension ", dim,
+                  " may differ)");
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  const char* op = "embedding";
+  detail::check_defined(op, weight, "weight");
+  detail::require_cpu(op, {&weight, &indices});
+  DLTRAIN_CHECK(weight.dim() == 2, op,
+                ": weight must be [num_embeddings, embedding_dim] but has shape ",
+                shape_str(weight.shape()));
+  const int64_t num = weight.size(0), D = weight.size(1);
+  const std::vector<int64_t> idx = read_index(op, indices, "indices");
+  check_range(op, idx, num, "weight rows");
+  int64_t pad = -1;
+  if (padding_idx) {
+    pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+    DLTRAIN_CHECK(pad >= 0 && pad < num, op, ": padding_idx ", *padding_idx,
+                  " is out of range for ", num, " embeddings; valid range is [", -num, ", ", num,
+                  ")");
+  }
+  const Split3 s{1, num, D};
+  Shape out_shape = indices.shape();
+  out_shape.push_back(D);
+  Tensor out = empty(out_shape, weight.options());
+  take_rows(weight.detach().contiguous(), s, idx, out);
+  autograd::record(
+      op, {weight}, {out}, [idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
+        Tensor dw = zeros({s.L, s.inner}, opt);
+        Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
+        index_add_rows(dw, s, idx, gc, pad, "embedding_backward");
+        return std::vector<Tensor>{dw};
+      });
+  return out;
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  const char* op = "index_select";
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x, &index});
+  DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  const std::vector<int64_t> idx = read_index(op, index, "index");
+  DLTRAIN_CHECK(index.dim() <= 1, op, ": index must be 1-d but has shape ",
+                shape_str(index.shape()), "; flatten it with .reshape({-1})");
+  check_range(op, idx, x.size(d), "the selected dimension");
+  const Split3 s = split3(x.shape(), d);
+  Shape out_shape = x.shape();
+  out_shape[d] = static_cast<int64_t>(idx.size());
+  Tensor out = empty(out_shape, x.options());
+  take_rows(x.detach().contiguous(), s, idx, out);
+  autograd::record(
+      op, {x}, {out}, [idx, s, shape = x.shape(), opt = x.options()](const std::vector<Tensor>& g) {
+        Tensor dx = zeros(shape, opt);
+        Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
+        index_add_rows(dx, s, idx, gc, -1, "index_select_backward");
+        return std::vector<Tensor>{dx};
+      });
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  const char* op = "gather";
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x, &index});
+  DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  const std::vector<int64_t> idx = read_index(op, index, "index");
+  check_index_shape(op, x, d, index);
+  check_range(op, idx, x.size(d), "the gathered dimension");
+  Tensor out = gather_raw(x.detach(), d, idx, index.shape());
+  autograd::record(op, {x}, {out},
+                   [idx, d, ishape = index.shape(), shape = x.shape(),
+                    opt = x.options()](const std::vector<Tensor>& g) {
+                     Tensor dx = zeros(shape, opt);
+                     Tensor gc = g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype);
+                     scatter_into(dx, d, idx, ishape, gc, "gather_backward");
+                     return std::vector<Tensor>{dx};
+                   });
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  const char* op = "scatter_add";
+  detail::check_defined(op, x, "input");
+  detail::check_defined(op, src, "src");
+  detail::require_cpu(op, {&x, &index, &src});
+  DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  const std::vector<int64_t> idx = read_index(op, index, "index");
+  DLTRAIN_CHECK(src.dtype() == x.dtype(), op, ": src has dtype ", src.dtype(),
+                " but the input has ", x.dtype(), "; convert src with .to(", x.dtype(), ")");
+  check_index_shape(op, x, d, index);
+  DLTRAIN_CHECK(src.dim() == index.dim(), op, ": src of shape ", shape_str(src.shape()),
+                " must have as many dimensions as index ", shape_str(index.shape()));
+  for (int64_t k = 0; k < index.dim(); ++k)
+    DLTRAIN_CHECK(index.size(k) <= src.size(k), op, ": index of shape ", shape_str(index.shape()),
+                  " is larger than src of shape ", shape_str(src.shape()), " in dimension ", k);
+  check_range(op, idx, x.size(d), "the scattered dimension");
+  Tensor out = empty(x.shape(), x.options());
+  {
+    NoGradGuard ng;
+    out.copy_(x.detach());
+  }
+  scatter_into(out, d, idx, index.shape(), src.detach(), op);
+  autograd::record(
+      op, {x, src}, {out},
+      [idx, d, ishape = index.shape(), sshape = src.shape(), sopt = src.options(),
+       rx = x.requires_grad(), rs = src.requires_grad()](const std::vector<Tensor>& g) {
+        Tensor gx, gs;
+        if (rx) gx = g[0];
+        if (rs) {
+          gs = gather_raw(g[0].dtype() == sopt.dtype ? g[0] : g[0].to(sopt.dtype), d, idx, ishape);
+          if (ishape != sshape) {
+            Tensor full_grad = zeros(sshape, sopt);
+            Tensor view = full_grad;
+            for (int64_t k = 0; k < static_cast<int64_t>(ishape.size()); ++k)
+              view = view.narrow(k, 0, ishape[k]);
+            view.copy_(gs);
+            gs = full_grad;
+          }
+        }
+        return std::vector<Tensor>{gx, gs};
+      });
+  return out;
+}
+
+Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
+  const char* op = "segment_sum";
+  detail::check_defined(op, src, "src");
+  detail::require_cpu(op, {&src, &segment_ids});
+  DLTRAIN_CHECK(src.dim() >= 1, op, ": src must be [E, ...] but is 0-d");
+  const std::vector<int64_t> ids = read_index(op, segment_ids, "segment_ids");
+  DLTRAIN_CHECK(segment_ids.dim() == 1 && segment_ids.size(0) == src.size(0), op,
+                ": segment_ids must be [", src.size(0), "] (one id per row of src of shape ",
+                shape_str(src.shape()), ") but has shape ", shape_str(segment_ids.shape()));
+  DLTRAIN_CHECK(num_segments >= 0, op, ": num_segments must be >= 0 but is ", num_segments);
+  check_range(op, ids, num_segments, "num_segments");
+  Shape out_shape = src.shape();
+  out_shape[0] = num_segments;
+  const Split3 s{1, num_segments, shape_numel(Shape(src.shape().begin() + 1, src.shape().end()))};
+  Tensor out = zeros(out_shape, src.options());
+  index_add_rows(out, s, ids, src.detach().contiguous(), -1, op);
+  autograd::record(
+      op, {src}, {out},
+      [ids, s, shape = src.shape(), opt = src.options()](const std::vector<Tensor>& g) {
+        Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
+        Tensor ds = empty(shape, opt);
+        take_rows(gc, s, ids, ds);
+        return std::vector<Tensor>{ds};
+      });
+  return out;
+}
+
+Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
+  const char* op = "segment_mean";
+  detail::check_defined(op, src, "src");
+  DLTRAIN_CHECK(is_floating(src.dtype()), op, ": src must be floating-point but has dtype ",
+                src.dtype(), "; convert it with .to(DType::f32)");
+  Tensor total = segment_sum(src, segment_ids, num_segments);
+  const std::vector<int64_t> ids = segment_ids.detach().to_vector<int64_t>();
+  std::vector<double> count(static_cast<size_t>(num_segments), 0.0);
+  for (int64_t i : ids) count[i] += 1.0;
+  for (double& c : count) c = std::max(c, 1.0);
+  Shape cshape(static_cast<size_t>(src.dim()), 1);
+  cshape[0] = num_segments;
+  return div(total, from_vector<double>(count, cshape).to(src.dtype()));
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  const char* op = "one_hot";
+  detail::require_cpu(op, {&indices});
+  const std::vector<int64_t> idx = read_index(op, indices, "indices");
+  int64_t C = num_classes;
+  if (C < 0) {
+    DLTRAIN_CHECK(!idx.empty(), op,
+                  ": cannot infer the number of classes from an empty tensor; pass num_classes");
+    C = *std::max_element(idx.begin(), idx.end()) + 1;
+  }
+  check_range(op, idx, C, "num_classes");
+  Shape out_shape = indices.shape();
+  out_shape.push_back(C);
+  Tensor out = zeros(out_shape, TensorOptions(DType::i64));
+  int64_t* p = out.data<int64_t>();
+  for (size_t i = 0; i < idx.size(); ++i) p[static_cast<int64_t>(i) * C + idx[i]] = 1;
+  return out;
+}
+
+}  // namespace dltrain

@@ -1,0 +1,169 @@
+// Matrix products: mm, bmm, matmul and linear, with their gradients.
+//
+// mm and bmm run backend::cpu::gemm on the operands as they are laid out
+// (row-major, column-major or transposed views map without a copy; any other
+// stride pattern is made contiguous first) and always return a contiguous
+// result. f16/bf16 operands are multiplied in float and rounded once.
+// bmm parallelises over the batch when it has at least as many matrices as
+// threads, otherwise inside each product. matmul and linear are composed of
+// mm/bmm and view ops, so their gradients (including the sum over broadcast
+// batch dims) come from those ops' nodes.
+#include "dltrain/ops/linalg.hpp"
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "src/backend/cpu/gemm.hpp"
+#include "src/ops/common.hpp"
+
+namespace dltrain {
+
+using backend::cpu::Mat;
+
+namespace {
+
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+void check_operands(const char* op, const Tensor& a, const Tensor& b) {
+  detail::check_defined(op, a, "self");
+  detail::check_defined(op, b, "other");
+  detail::require_cpu(op, {&a, &b});
+  DLTRAIN_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), op,
+                ": expected two floating-point tensors of the same dtype but got ", a.dtype(), " and ",
+                b.dtype(), "; convert them with .to(dtype)");
+}
+
+// The innermost two dims of `t` at element offset `off` as a Mat.
+template <class T>
+Mat<const T> mat_at(const Tensor& t, int64_t off) {
+  const int64_t d = t.dim();
+  return {static_cast<const T*>(t.data_ptr()) + off, t.size(d - 2), t.size(d - 1), t.stride(d - 2),
+          t.stride(d - 1)};
+}
+
+// `t` itself when its matrices can be mapped by gemm, else a contiguous copy.
+Tensor mappable(const Tensor& t) {
+  const int64_t d = t.dim();
+  Mat<const char> m{nullptr, t.size(d - 2), t.size(d - 1), t.stride(d - 2), t.stride(d - 1)};
+  return backend::cpu::normalise(m) ? t : t.contiguous();
+}
+
+// c[i] = a[i] * b[i] for 3-d a [B,n,k], b [B,k,m] (any batch strides); no autograd.
+Tensor batched_product(const Tensor& a0, const Tensor& b0) {
+  const DType dt = a0.dtype();
+  const DType ct = is_half(dt) ? DType::f32 : dt;
+  Tensor a = mappable(a0.detach().to(ct)), b = mappable(b0.detach().to(ct));
+  const int64_t B = a.size(0), n = a.size(1), m = b.size(2);
+  Tensor c = empty({B, n, m}, TensorOptions(ct));
+  dispatch_floating(ct, "bmm", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      T* cp = static_cast<T*>(c.data_ptr());
+      auto one = [&](int64_t i) {
+        backend::cpu::gemm<T>(mat_at<T>(a, i * a.stride(0)), mat_at<T>(b, i * b.stride(0)),
+                              Mat<T>{cp + i * n * m, n, m, m, 1}, T(0));
+      };
+      const int64_t threads = get_num_threads();
+      if (B >= threads && threads > 1 && !in_parallel_region()) {
+        parallel_for(0, B, 1, [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) one(i);
+        });
+      } else {
+        for (int64_t i = 0; i < B; ++i) one(i);
+      }
+    }
+  });
+  return ct == dt ? c : c.to(dt);
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_operands("mm", a, b);
+  detail::check_dim("mm", a, 2, "self");
+  detail::check_dim("mm", b, 2, "other");
+  DLTRAIN_CHECK(a.size(1) == b.size(0), "mm: cannot multiply ", shape_str(a.shape()), " by ",
+                shape_str(b.shape()), ": the inner dimensions ", a.size(1), " and ", b.size(0),
+                " differ; transpose an operand or fix its shape");
+  Tensor out = batched_product(a.detach().unsqueeze(0), b.detach().unsqueeze(0)).squeeze(0);
+  const bool ra = a.requires_grad(), rb = b.requires_grad();
+  autograd::record("mm", {a, b}, {out},
+                   [as = rb ? a.detach() : Tensor(), bs = ra ? b.detach() : Tensor(), ra,
+                    rb](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{ra ? mm(g[0], bs.t()) : Tensor(),
+                                                rb ? mm(as.t(), g[0]) : Tensor()};
+                   });
+  return out;
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_operands("bmm", a, b);
+  detail::check_dim("bmm", a, 3, "self");
+  detail::check_dim("bmm", b, 3, "other");
+  DLTRAIN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: cannot multiply ",
+                shape_str(a.shape()), " by ", shape_str(b.shape()),
+                ": expected [b, n, k] x [b, k, m] with equal batch sizes and inner dimensions; use "
+                "matmul for broadcasting batch dims");
+  Tensor out = batched_product(a, b);
+  const bool ra = a.requires_grad(), rb = b.requires_grad();
+  autograd::record("bmm", {a, b}, {out},
+                   [as = rb ? a.detach() : Tensor(), bs = ra ? b.detach() : Tensor(), ra,
+                    rb](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{ra ? bmm(g[0], bs.transpose(1, 2)) : Tensor(),
+                                                rb ? bmm(as.transpose(1, 2), g[0]) : Tensor()};
+                   });
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_operands("matmul", a, b);
+  DLTRAIN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dimension but got ",
+                shape_str(a.shape()), " and ", shape_str(b.shape()), "; use mul for scalars");
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  DLTRAIN_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.shape()), " by ", shape_str(b.shape()),
+                ": the contracted dimensions ", ka, " (last of self) and ", kb,
+                " (second to last of other) differ");
+  if (a.dim() == 1 && b.dim() == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+  if (a.dim() <= 2 && b.dim() <= 2) {
+    Tensor out = mm(a.dim() == 1 ? a.unsqueeze(0) : a, b.dim() == 1 ? b.unsqueeze(1) : b);
+    if (a.dim() == 1) out = out.squeeze(0);
+    if (b.dim() == 1) out = out.squeeze(-1);
+    return out;
+  }
+  if (b.dim() <= 2) {  // fold a's batch dims into its rows: one large mm
+    Shape out_shape(a.shape().begin(), a.shape().end() - 1);
+    Tensor out = mm(a.reshape({-1, ka}), b.dim() == 1 ? b.unsqueeze(1) : b);
+    if (b.dim() == 2) out_shape.push_back(b.size(1));
+    return out.reshape(out_shape);
+  }
+  Tensor a1 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const int64_t n = a1.size(-2), m = b.size(-1);
+  const Shape ba(a1.shape().begin(), a1.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shapes(ba, bb, "matmul");
+  const int64_t B = shape_numel(batch);
+  Shape ea = batch, eb = batch;
+  ea.insert(ea.end(), {n, ka});
+  eb.insert(eb.end(), {kb, m});
+  Tensor out = bmm(a1.expand(ea).reshape({B, n, ka}), b.expand(eb).reshape({B, kb, m}));
+  Shape out_shape = batch;
+  if (a.dim() > 1) out_shape.push_back(n);
+  out_shape.push_back(m);
+  return out.reshape(out_shape);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined("linear", x, "input");
+  detail::check_defined("linear", weight, "weight");
+  detail::require_cpu("linear", {&x, &weight, &bias});
+  DLTRAIN_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out_features, in_features] but got ",
+                shape_str(weight.shape()));
+  DLTRAIN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", shape_str(x.shape()),
+                " has ", x.dim() >= 1 ? x.size(-1) : 0, " features in its last dim but weight ",
+                shape_str(weight.shape()), " expects ", weight.size(1));
+  DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+                "linear: bias must be 1-d of size ", weight.size(0), " (out_features) but got ",
+                bias.defined() ? shape_str(bias.shape()) : std::string());
+  Tensor out = matmul(x, weight.t());
+  return bias.defined() ? add(out, bias) : out;
+}
+
+}  // namespace dltrain

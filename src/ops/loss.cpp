@@ -1,0 +1,495 @@
+// Softmax, log_softmax, dropout and the losses.
+//
+// softmax/log_softmax view the (contiguous) input as [outer, L, inner] with
+// L the softmax dim and run one kernel over blocks of up to 64 inner columns,
+// subtracting the per-line max before exp (stable) and computing in acc_t.
+// cross_entropy is one fused kernel (log-softmax + weighted NLL + label
+// smoothing + reduction) over logits [N, C, S] and targets [N, S]; it saves
+// the per-sample log-sum-exp and its backward is (softmax - target
+// distribution) scaled per sample. nll_loss is the same without the softmax.
+// Losses accumulate in double; mean reductions divide by the summed class
+// weight of non-ignored targets (PyTorch semantics). dropout draws its mask
+// from a counter-based Generator, so a seed fixes the mask.
+#include "dltrain/ops/loss.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/reduction.hpp"
+#include "src/backend/cpu/cast.hpp"
+#include "src/backend/cpu/loops.hpp"
+#include "src/ops/common.hpp"
+
+namespace dltrain {
+
+using backend::cpu::cast;
+
+namespace {
+
+constexpr int64_t kColBlock = 64;
+
+// A contiguous tensor seen as [outer, L, inner] around dimension `dim`.
+struct Lines {
+  int64_t outer = 1, L = 1, inner = 1;
+};
+
+Lines lines_of(const Shape& shape, int64_t dim) {
+  Lines s;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < dim)
+      s.outer *= shape[d];
+    else if (d == dim)
+      s.L = shape[d];
+    else
+      s.inner *= shape[d];
+  }
+  return s;
+}
+
+// Calls f(base, ncols) for every block of up to kColBlock inner columns of every outer index;
+// element (l, j) of the block is at base + l * inner + j.
+template <class F>
+void for_line_blocks(const Lines& s, F f) {
+  const int64_t nbj = (s.inner + kColBlock - 1) / kColBlock;
+  const int64_t cost = std::max<int64_t>(1, s.L * std::min(s.inner, kColBlock));
+  parallel_for(0, s.outer * nbj, std::max<int64_t>(1, 16384 / cost), [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t o = u / nbj, j0 = (u % nbj) * kColBlock;
+      f(o * s.L * s.inner + j0, std::min(kColBlock, s.inner - j0));
+    }
+  });
+}
+
+Tensor softmax_forward(const Tensor& xc, const Lines& s, bool log, const char* op) {
+  Tensor y = empty(xc.shape(), xc.options());
+  dispatch_floating(xc.dtype(), op, [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    const int64_t in = s.inner;
+    for_line_blocks(s, [&](int64_t base, int64_t nc) {
+      A mx[kColBlock], sm[kColBlock];
+      for (int64_t j = 0; j < nc; ++j) {
+        mx[j] = -std::numeric_limits<A>::infinity();
+        sm[j] = A(0);
+      }
+      for (int64_t l = 0; l < s.L; ++l)
+        for (int64_t j = 0; j < nc; ++j) mx[j] = std::max(mx[j], cast<A>(xp[base + l * in + j]));
+      for (int64_t l = 0; l < s.L; ++l)
+        for (int64_t j = 0; j < nc; ++j) {
+          const A e = std::exp(cast<A>(xp[base + l * in + j]) - mx[j]);
+          sm[j] += e;
+          if constexpr (std::is_same_v<T, A>) {
+            if (!log) yp[base + l * in + j] = e;
+          }
+        }
+      if (log) {
+        for (int64_t j = 0; j < nc; ++j) sm[j] = mx[j] + std::log(sm[j]);
+        for (int64_t l = 0; l < s.L; ++l)
+          for (int64_t j = 0; j < nc; ++j)
+            yp[base + l * in + j] = cast<T>(cast<A>(xp[base + l * in + j]) - sm[j]);
+      } else {
+        for (int64_t j = 0; j < nc; ++j) sm[j] = A(1) / sm[j];
+        for (int64_t l = 0; l < s.L; ++l)
+          for (int64_t j = 0; j < nc; ++j) {
+            const int64_t i = base + l * in + j;
+            if constexpr (std::is_same_v<T, A>)
+              yp[i] *= sm[j];
+            else
+              yp[i] = cast<T>(std::exp(cast<A>(xp[i]) - mx[j]) * sm[j]);
+          }
+      }
+    });
+  });
+  return y;
+}
+
+// softmax: dx = y * (g - sum(g * y)); log_softmax: dx = g - exp(y) * sum(g).
+Tensor softmax_backward(const Tensor& gc, const Tensor& y, const Lines& s, bool log) {
+  Tensor dx = empty(y.shape(), y.options());
+  dispatch_floating(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&]<class T>() {
+    using A = acc_t<T>;
+    const T* gp = gc.data<T>();
+    const T* yp = y.data<T>();
+    T* dp = dx.data<T>();
+    const int64_t in = s.inner;
+    for_line_blocks(s, [&](int64_t base, int64_t nc) {
+      A acc[kColBlock];
+      for (int64_t j = 0; j < nc; ++j) acc[j] = A(0);
+      for (int64_t l = 0; l < s.L; ++l)
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t i = base + l * in + j;
+          acc[j] += log ? cast<A>(gp[i]) : cast<A>(gp[i]) * cast<A>(yp[i]);
+        }
+      for (int64_t l = 0; l < s.L; ++l)
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t i = base + l * in + j;
+          dp[i] = log ? cast<T>(cast<A>(gp[i]) - std::exp(cast<A>(yp[i])) * acc[j])
+                      : cast<T>(cast<A>(yp[i]) * (cast<A>(gp[i]) - acc[j]));
+        }
+    });
+  });
+  return dx;
+}
+
+Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x});
+  DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
+                "; convert it with .to(DType::f32)");
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), op);
+  const Lines s = x.dim() == 0 ? Lines{} : lines_of(x.shape(), d);
+  Tensor xc = x.detach().contiguous();
+  Tensor y = softmax_forward(xc, s, log, op);
+  autograd::record(op, {x}, {y}, [yd = y.detach(), s, log](const std::vector<Tensor>& g) {
+    Tensor gc = (g[0].dtype() == yd.dtype() ? g[0] : g[0].to(yd.dtype())).contiguous();
+    return std::vector<Tensor>{softmax_backward(gc, yd, s, log)};
+  });
+  return y;
+}
+
+// --- class-index targets ------------------------------------------------------------
+
+struct ClassTargets {
+  std::vector<int64_t> t;  // [N * S], sample i = n * S + s
+  int64_t N = 0, C = 0, S = 1;
+};
+
+// Checks input [N, C, d...] against target [N, d...] (int64/int32) and reads the targets.
+ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& target,
+                           int64_t ignore_index, const Tensor& weight) {
+  detail::check_defined(op, input, "input");
+  detail::check_defined(op, target, "target");
+  detail::require_cpu(op, {&input, &target, &weight});
+  DLTRAIN_CHECK(is_floating(input.dtype()), op, ": expected floating-point scores but got dtype ",
+                input.dtype(), "; convert them with .to(DType::f32)");
+  DLTRAIN_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
+                ": target must hold class indices of dtype int64 (or int32) but has dtype ",
+                target.dtype(),
+                "; convert it with .to(DType::i64) (class-probability targets are not supported)");
+  DLTRAIN_CHECK(input.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, d...] but got ",
+                shape_str(input.shape()));
+  bool ok = target.dim() == input.dim() - 1 && target.size(0) == input.size(0);
+  for (int64_t d = 1; ok && d < target.dim(); ++d) ok = target.size(d) == input.size(d + 1);
+  DLTRAIN_CHECK(ok, op, ": target of shape ", shape_str(target.shape()),
+                " does not match input of shape ", shape_str(input.shape()),
+                "; for input [N, C, d...] the target must be [N, d...]");
+  ClassTargets ct;
+  ct.N = input.size(0);
+  ct.C = input.size(1);
+  for (int64_t d = 2; d < input.dim(); ++d) ct.S *= input.size(d);
+  if (weight.defined()) {
+    DLTRAIN_CHECK(is_floating(weight.dtype()), op,
+                  ": class weight must be floating-point but has dtype ", weight.dtype());
+    DLTRAIN_CHECK(weight.dim() == 1 && weight.size(0) == ct.C, op, ": class weight has shape ",
+                  shape_str(weight.shape()), " but the input has ", ct.C,
+                  " classes; pass a weight of shape [", ct.C, "]");
+  }
+  ct.t = target.detach().to_vector<int64_t>();
+  for (size_t i = 0; i < ct.t.size(); ++i) {
+    const int64_t v = ct.t[i];
+    DLTRAIN_CHECK(v == ignore_index || (v >= 0 && v < ct.C), op, ": target value ", v,
+                  " at flat position ", i, " is out of range for ", ct.C,
+                  " classes; valid range is [0, ", ct.C, ") or ignore_index (", ignore_index, ")");
+  }
+  return ct;
+}
+
+// The loss output from per-sample losses (double): the losses themselves shaped
+// none_shape (None), their sum (Sum), or their sum divided by total_w (Mean).
+Tensor reduce_losses(const std::vector<double>& losses, const Shape& none_shape, Reduction red,
+                     double total_w, DType dt) {
+  if (red == Reduction::None) {
+    if (none_shape.empty()) return scalar_tensor(losses.at(0), TensorOptions(dt));
+    return from_vector<double>(losses, none_shape).to(dt);
+  }
+  double s = 0;
+  for (double v : losses) s += v;
+  if (red == Reduction::Mean) s /= total_w;
+  return scalar_tensor(s, TensorOptions(dt));
+}
+
+// Per-sample upstream gradient (doubles) for a loss reduced with `red`.
+std::vector<double> sample_grads(const Tensor& g, size_t n, Reduction red, double total_w) {
+  if (red == Reduction::None) return g.detach().to_vector<double>();
+  double v = g.detach().item<double>();
+  if (red == Reduction::Mean) v /= total_w;
+  return std::vector<double>(n, v);
+}
+
+// Softplus of -x, stable: log1p(exp(-|x|)) + max(-x, 0).
+template <class A>
+inline A softplus_neg(A x) {
+  return std::log1p(std::exp(-std::abs(x))) + std::max(-x, A(0));
+}
+
+Tensor bce_elementwise(const Tensor& x, const Tensor& y, const Tensor& pw) {
+  Tensor out = empty(x.shape(), x.options());
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
+    using A = acc_t<T>;
+    backend::cpu::ternary_map<T, T, T, T>(out, x, y, pw, [](T xv, T yv, T pv) {
+      const A a = cast<A>(xv), t = cast<A>(yv), p = cast<A>(pv);
+      return cast<T>((A(1) - t) * a + (A(1) + (p - A(1)) * t) * softplus_neg(a));
+    });
+  });
+  return out;
+}
+
+Tensor softplus_neg_tensor(const Tensor& x) {
+  Tensor out = empty(x.shape(), x.options());
+  dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits_backward", [&]<class T>() {
+    using A = acc_t<T>;
+    backend::cpu::unary_map<T, T>(out, x, [](T v) { return cast<T>(softplus_neg(cast<A>(v))); });
+  });
+  return out;
+}
+
+Tensor reduce(const Tensor& t, Reduction r) {
+  switch (r) {
+    case Reduction::None:
+      return t;
+    case Reduction::Sum:
+      return sum(t);
+    case Reduction::Mean:
+      break;
+  }
+  return mean(t);
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  const char* op = "dropout";
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x});
+  DLTRAIN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1] but is ", p);
+  DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
+                "; convert it with .to(DType::f32)");
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return mul(x, 0.0);
+  const double keep = 1.0 - p;
+  const DType rdt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor u = rand(x.shape(), TensorOptions(rdt), gen);
+  Tensor scale = empty(x.shape(), x.options());
+  dispatch_floating(x.dtype(), op, [&]<class T>() {
+    const T s = cast<T>(1.0 / keep);
+    dispatch_floating(rdt, op, [&]<class R>() {
+      const R k = static_cast<R>(keep);
+      backend::cpu::unary_map<T, R>(scale, u, [&](R v) { return v < k ? s : T(0); });
+    });
+  });
+  return mul(x, scale);  // gradient: g * mask / (1 - p)
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
+                     const CrossEntropyOptions& opts) {
+  const char* op = "cross_entropy";
+  detail::check_defined(op, logits_in, "input");
+  detail::check_defined(op, target_in, "target");
+  // Unbatched form: logits [C] with a 0-d target.
+  const bool unbatched = logits_in.dim() == 1 && target_in.dim() == 0;
+  const Tensor logits = unbatched ? logits_in.unsqueeze(0) : logits_in;
+  const Tensor target = unbatched ? target_in.reshape({1}) : target_in;
+  const double eps = opts.label_smoothing;
+  DLTRAIN_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be in [0, 1] but is ", eps);
+  ClassTargets ct = class_targets(op, logits, target, opts.ignore_index, opts.weight);
+  const int64_t C = ct.C, S = ct.S, n = ct.N * S;
+  const std::vector<double> w = opts.weight.defined()
+                                    ? opts.weight.detach().to_vector<double>()
+                                    : std::vector<double>(static_cast<size_t>(C), 1.0);
+  double W = 0;
+  for (double v : w) W += v;
+  double total_w = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (ct.t[i] != opts.ignore_index) total_w += w[ct.t[i]];
+
+  Tensor xc = logits.detach().contiguous();
+  auto lse = std::make_shared<std::vector<double>>(static_cast<size_t>(n));
+  std::vector<double> losses(static_cast<size_t>(n), 0.0);
+  const Lines s{ct.N, C, S};
+  const int64_t ignore = opts.ignore_index;
+  dispatch_floating(xc.dtype(), op, [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xp = xc.data<T>();
+    for_line_blocks(s, [&](int64_t base, int64_t nc) {
+      const int64_t nn = base / (C * S), j0 = base % (C * S);
+      A mx[kColBlock];
+      double sm[kColBlock], wx[kColBlock];
+      for (int64_t j = 0; j < nc; ++j) {
+        mx[j] = -std::numeric_limits<A>::infinity();
+        sm[j] = 0;
+        wx[j] = 0;
+      }
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < nc; ++j) {
+          const A v = cast<A>(xp[base + c * S + j]);
+          mx[j] = std::max(mx[j], v);
+          if (eps > 0) wx[j] += w[c] * double(v);
+        }
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < nc; ++j)
+          sm[j] += double(std::exp(cast<A>(xp[base + c * S + j]) - mx[j]));
+      for (int64_t j = 0; j < nc; ++j) {
+        const int64_t i = nn * S + j0 + j;
+        const double l = double(mx[j]) + std::log(sm[j]);
+        (*lse)[i] = l;
+        const int64_t t = ct.t[i];
+        if (t == ignore) continue;
+        const double xt = double(cast<A>(xp[base + t * S + j]));
+        double loss = (1.0 - eps) * w[t] * (l - xt);
+        if (eps > 0) loss += eps / static_cast<double>(C) * (W * l - wx[j]);
+        losses[i] = loss;
+      }
+    });
+  });
+  Tensor out = reduce_losses(losses, unbatched ? Shape{} : target.shape(), opts.reduction, total_w,
+                             logits.dtype());
+
+  autograd::record(
+      op, {logits_in}, {out},
+      [xc, lse, tv = std::move(ct.t), w, W, total_w, eps, ignore, s, red = opts.reduction,
+       in_shape = logits_in.shape()](const std::vector<Tensor>& g) {
+        const int64_t C = s.L, S = s.inner;
+        const std::vector<double> gs = sample_grads(g[0], tv.size(), red, total_w);
+        Tensor dx = empty(xc.shape(), xc.options());
+        dispatch_floating(xc.dtype(), "cross_entropy_backward", [&]<class T>() {
+          using A = acc_t<T>;
+          const T* xp = xc.data<T>();
+          T* dp = dx.data<T>();
+          const double es = eps / static_cast<double>(C);
+          for_line_blocks(s, [&](int64_t base, int64_t nc) {
+            const int64_t nn = base / (C * S), j0 = base % (C * S);
+            for (int64_t j = 0; j < nc; ++j) {
+              const int64_t i = nn * S + j0 + j;
+              const int64_t t = tv[i];
+              if (t == ignore || gs[i] == 0.0) {
+                for (int64_t c = 0; c < C; ++c) dp[base + c * S + j] = T(0);
+                continue;
+              }
+              // d loss / d x_c = p_c * ((1-eps) w_t + eps/C W) - ((1-eps) w_t [c == t] + eps/C w_c)
+              const double pscale = ((1.0 - eps) * w[t] + es * W) * gs[i];
+              const A l = static_cast<A>((*lse)[i]);
+              for (int64_t c = 0; c < C; ++c) {
+                const int64_t k = base + c * S + j;
+                double v = pscale * double(std::exp(cast<A>(xp[k]) - l)) - es * w[c] * gs[i];
+                if (c == t) v -= (1.0 - eps) * w[t] * gs[i];
+                dp[k] = cast<T>(v);
+              }
+            }
+          });
+        });
+        return std::vector<Tensor>{dx.reshape(in_shape)};
+      });
+  return out;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& opts) {
+  const char* op = "nll_loss";
+  ClassTargets ct = class_targets(op, log_probs, target, opts.ignore_index, opts.weight);
+  const int64_t C = ct.C, S = ct.S, n = ct.N * S;
+  const std::vector<double> w = opts.weight.defined()
+                                    ? opts.weight.detach().to_vector<double>()
+                                    : std::vector<double>(static_cast<size_t>(C), 1.0);
+  const int64_t ignore = opts.ignore_index;
+  double total_w = 0;
+  std::vector<double> losses(static_cast<size_t>(n), 0.0);
+  Tensor xc = log_probs.detach().contiguous();
+  dispatch_floating(xc.dtype(), op, [&]<class T>() {
+    const T* xp = xc.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = ct.t[i];
+      if (t == ignore) continue;
+      total_w += w[t];
+      losses[i] = -w[t] * double(cast<acc_t<T>>(xp[((i / S) * C + t) * S + i % S]));
+    }
+  });
+  Tensor out = reduce_losses(losses, target.shape(), opts.reduction, total_w, log_probs.dtype());
+  autograd::record(
+      op, {log_probs}, {out},
+      [tv = std::move(ct.t), w, C, S, ignore, total_w, red = opts.reduction,
+       shape = log_probs.shape(), opt = log_probs.options()](const std::vector<Tensor>& g) {
+        const std::vector<double> gs = sample_grads(g[0], tv.size(), red, total_w);
+        Tensor dx = zeros(shape, opt);
+        dispatch_floating(opt.dtype, "nll_loss_backward", [&]<class T>() {
+          T* dp = dx.data<T>();
+          for (size_t i = 0; i < tv.size(); ++i) {
+            const int64_t t = tv[i], ii = static_cast<int64_t>(i);
+            if (t == ignore) continue;
+            dp[((ii / S) * C + t) * S + ii % S] = cast<T>(-w[t] * gs[i]);
+          }
+        });
+        return std::vector<Tensor>{dx};
+      });
+  return out;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* op = "mse_loss";
+  detail::check_defined(op, input, "input");
+  detail::check_defined(op, target, "target");
+  detail::require_cpu(op, {&input, &target});
+  DLTRAIN_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), op,
+                ": input and target must be floating-point but have dtypes ", input.dtype(),
+                " and ", target.dtype(), "; convert them with .to(DType::f32)");
+  broadcast_shapes(input.shape(), target.shape(), op);
+  Tensor d = sub(input, target);
+  return reduce(mul(d, d), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction, const Tensor& pos_weight) {
+  const char* op = "binary_cross_entropy_with_logits";
+  detail::check_defined(op, logits, "input");
+  detail::check_defined(op, target, "target");
+  detail::require_cpu(op, {&logits, &target, &pos_weight});
+  DLTRAIN_CHECK(is_floating(logits.dtype()) && is_floating(target.dtype()), op,
+                ": input and target must be floating-point but have dtypes ", logits.dtype(),
+                " and ", target.dtype(), "; convert the target with .to(DType::f32)");
+  DLTRAIN_CHECK(logits.shape() == target.shape(), op, ": target shape ", shape_str(target.shape()),
+                " must equal the input shape ", shape_str(logits.shape()));
+  if (pos_weight.defined()) {
+    DLTRAIN_CHECK(is_floating(pos_weight.dtype()), op,
+                  ": pos_weight must be floating-point but has dtype ", pos_weight.dtype());
+    DLTRAIN_CHECK(broadcast_shapes(logits.shape(), pos_weight.shape(), op) == logits.shape(), op,
+                  ": pos_weight of shape ", shape_str(pos_weight.shape()),
+                  " does not broadcast to the input shape ", shape_str(logits.shape()),
+                  "; pass one weight per class, shape [C]");
+  }
+  const DType dt = logits.dtype();
+  Tensor x = logits.detach();
+  Tensor y = target.dtype() == dt ? target.detach() : target.detach().to(dt);
+  Tensor pw = pos_weight.defined()
+                  ? (pos_weight.dtype() == dt ? pos_weight.detach() : pos_weight.detach().to(dt))
+                  : scalar_tensor(1.0, TensorOptions(dt));
+  Tensor out = bce_elementwise(x, y, pw);
+  autograd::record(
+      op, {logits, target, pos_weight}, {out},
+      [x, y, pw, tdt = target.dtype(), pdt = pw.dtype(), pshape = pw.shape(),
+       rx = logits.requires_grad(), ry = target.requires_grad(),
+       rp = pos_weight.defined() && pos_weight.requires_grad()](const std::vector<Tensor>& g) {
+        Tensor gx, gy, gp;
+        Tensor sp = softplus_neg_tensor(x);  // log(1 + exp(-x))
+        Tensor pm1 = sub(pw, 1.0);
+        if (rx) {
+          // d/dx = (1 - y) - (1 + (pw - 1) y) * sigmoid(-x)
+          Tensor lw = add(mul(pm1, y), 1.0);
+          gx = mul(g[0], sub(1.0 - y, mul(lw, sigmoid(neg(x)))));
+        }
+        if (ry) gy = mul(g[0], sub(mul(pm1, sp), x)).to(tdt);
+        if (rp) gp = sum_to(mul(g[0], mul(y, sp)), pshape).to(pdt);
+        return std::vector<Tensor>{gx, gy, gp};
+      });
+  return reduce(out, reduction);
+}
+
+}  // namespace dltrain

@@ -1,0 +1,390 @@
+// Batch and layer normalisation with dedicated CPU kernels for forward and backward.
+//
+// batch_norm views its input as either "planar" [N, C, S] (contiguous NC...) or
+// "interleaved" [M, C] (channels-last 4-d input, or any 2-d input), reduces
+// per-channel statistics in double (two passes: mean, then centred squares),
+// parallel over channels for planar and over fixed row blocks for interleaved
+// (the block partition does not depend on the thread count, so results are
+// deterministic). The output and the input gradient keep the input's memory
+// format. layer_norm reduces each trailing row in double. Both save the input
+// (detached), the per-channel / per-row mean and inverse std, and compute the
+// backward pass in one kernel; 16-bit floats compute in float (acc_t).
+#include "dltrain/ops/norm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "src/backend/cpu/cast.hpp"
+#include "src/ops/common.hpp"
+
+namespace dltrain {
+
+using backend::cpu::cast;
+
+namespace {
+
+// Element (i) of channel c lives at: planar  -> (n * C + c) * S + s
+//                                     interleaved -> m * C + c
+struct BnLayout {
+  bool interleaved = false;
+  int64_t N = 0, C = 0, S = 1;  // for interleaved, N holds M = rows and S = 1
+  int64_t per_channel() const { return N * S; }
+};
+
+constexpr int64_t kRowBlocks = 64;
+
+// Per-channel sums of K quantities f(i, c) -> std::array<double, K>, into out[k * C + c].
+template <size_t K, class F>
+std::vector<double> channel_reduce(const BnLayout& L, F f) {
+  const int64_t C = L.C;
+  std::vector<double> out(K * static_cast<size_t>(C), 0.0);
+  if (!L.interleaved) {
+    parallel_for(0, C, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        std::array<double, K> acc{};
+        for (int64_t n = 0; n < L.N; ++n) {
+          const int64_t base = (n * C + c) * L.S;
+          for (int64_t s = 0; s < L.S; ++s) {
+            const std::array<double, K> v = f(base + s, c);
+            for (size_t k = 0; k < K; ++k) acc[k] += v[k];
+          }
+        }
+        for (size_t k = 0; k < K; ++k) out[k * C + c] = acc[k];
+      }
+    });
+    return out;
+  }
+  const int64_t M = L.N;
+  const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(kRowBlocks, M));
+  const int64_t rows_per = (M + nb - 1) / nb;
+  std::vector<double> part(static_cast<size_t>(nb) * K * C, 0.0);
+  parallel_for(0, nb, 1, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      double* acc = part.data() + blk * static_cast<int64_t>(K) * C;
+      for (int64_t m = blk * rows_per; m < std::min(M, (blk + 1) * rows_per); ++m) {
+        for (int64_t c = 0; c < C; ++c) {
+          const std::array<double, K> v = f(m * C + c, c);
+          for (size_t k = 0; k < K; ++k) acc[k * C + c] += v[k];
+        }
+      }
+    }
+  });
+  for (int64_t blk = 0; blk < nb; ++blk)
+    for (size_t j = 0; j < K * C; ++j) out[j] += part[blk * K * C + j];
+  return out;
+}
+
+// Calls f(i, c) for every element, in parallel.
+template <class F>
+void channel_apply(const BnLayout& L, F f) {
+  const int64_t C = L.C;
+  if (!L.interleaved) {
+    parallel_for(0, L.N * C, std::max<int64_t>(1, 8192 / std::max<int64_t>(L.S, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t p = b; p < e; ++p) {
+                     const int64_t c = p % C;
+                     for (int64_t s = 0; s < L.S; ++s) f(p * L.S + s, c);
+                   }
+                 });
+    return;
+  }
+  parallel_for(0, L.N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t m = b; m < e; ++m)
+                   for (int64_t c = 0; c < C; ++c) f(m * C + c, c);
+               });
+}
+
+// Values of a small tensor (parameters, statistics) as doubles.
+std::vector<double> values(const Tensor& t) { return t.detach().to_vector<double>(); }
+
+Tensor vector_tensor(const std::vector<double>& v, DType dt) {
+  return from_vector<double>(v, {static_cast<int64_t>(v.size())}).to(dt);
+}
+
+void check_param(const char* op, const Tensor& p, const char* name, const Shape& shape) {
+  if (!p.defined()) return;
+  DLTRAIN_CHECK(is_floating(p.dtype()), op, ": '", name,
+                "' must be a floating-point tensor but has dtype ", p.dtype(),
+                "; convert it with .to(DType::f32)");
+  DLTRAIN_CHECK(p.shape() == shape, op, ": '", name, "' has shape ", shape_str(p.shape()), " but ",
+                shape_str(shape),
+                " was expected for the input; pass a tensor of that shape or leave it undefined");
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum, double eps) {
+  const char* op = "batch_norm";
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x, &weight, &bias, &running_mean, &running_var});
+  DLTRAIN_CHECK(x.dim() >= 2, op,
+                ": expected an input [N, C, ...] with at least 2 dimensions but got shape ",
+                shape_str(x.shape()));
+  const int64_t C = x.size(1);
+  check_param(op, weight, "weight", {C});
+  check_param(op, bias, "bias", {C});
+  check_param(op, running_mean, "running_mean", {C});
+  check_param(op, running_var, "running_var", {C});
+  DLTRAIN_CHECK(
+      training || (running_mean.defined() && running_var.defined()), op,
+      ": evaluation mode (training=false) needs running_mean and running_var; pass them or use "
+      "training=true to normalise with batch statistics");
+  DLTRAIN_CHECK(eps >= 0, op, ": eps must be non-negative but is ", eps);
+
+  BnLayout L;
+  L.C = C;
+  const bool channels_last =
+      x.dim() == 4 && x.suggest_memory_format() == MemoryFormat::ChannelsLast;
+  const MemoryFormat fmt = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  Tensor xc = x.detach().contiguous(fmt);
+  if (channels_last) {
+    L.interleaved = true;
+    L.N = x.size(0) * x.size(2) * x.size(3);
+  } else {
+    L.N = x.size(0);
+    for (int64_t d = 2; d < x.dim(); ++d) L.S *= x.size(d);
+    if (L.S == 1) L.interleaved = true;  // [N, C]: rows of C
+  }
+  const int64_t count = L.per_channel();
+  DLTRAIN_CHECK(!training || count > 1, op,
+                ": expected more than 1 value per channel when training but got input shape ",
+                shape_str(x.shape()), "; use a batch of at least 2 or training=false");
+
+  auto mean = std::make_shared<std::vector<double>>(static_cast<size_t>(C));
+  auto invstd = std::make_shared<std::vector<double>>(static_cast<size_t>(C));
+  Tensor y = empty(x.shape(), fmt, x.options());
+  const std::vector<double> w = weight.defined() ? values(weight) : std::vector<double>(C, 1.0);
+  const std::vector<double> bvals = bias.defined() ? values(bias) : std::vector<double>(C, 0.0);
+
+  dispatch_floating(x.dtype(), op, [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    std::vector<double> var(static_cast<size_t>(C));
+    if (training) {
+      const std::vector<double> s = channel_reduce<1>(
+          L, [&](int64_t i, int64_t) { return std::array<double, 1>{double(cast<A>(xp[i]))}; });
+      for (int64_t c = 0; c < C; ++c) (*mean)[c] = s[c] / static_cast<double>(count);
+      const std::vector<double> q = channel_reduce<1>(L, [&](int64_t i, int64_t c) {
+        const double d = double(cast<A>(xp[i])) - (*mean)[c];
+        return std::array<double, 1>{d * d};
+      });
+      for (int64_t c = 0; c < C; ++c) var[c] = q[c] / static_cast<double>(count);
+    } else {
+      *mean = values(running_mean);
+      var = values(running_var);
+    }
+    std::vector<A> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) {
+      (*invstd)[c] = 1.0 / std::sqrt(var[c] + eps);
+      scale[c] = static_cast<A>(w[c] * (*invstd)[c]);
+      shift[c] = static_cast<A>(bvals[c] - (*mean)[c] * w[c] * (*invstd)[c]);
+    }
+    channel_apply(
+        L, [&](int64_t i, int64_t c) { yp[i] = cast<T>(cast<A>(xp[i]) * scale[c] + shift[c]); });
+
+    if (training && running_mean.defined() && running_var.defined()) {
+      std::vector<double> rm = values(running_mean), rv = values(running_var);
+      const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+      for (int64_t c = 0; c < C; ++c) {
+        rm[c] = (1.0 - momentum) * rm[c] + momentum * (*mean)[c];
+        rv[c] = (1.0 - momentum) * rv[c] + momentum * var[c] * unbias;
+      }
+      NoGradGuard ng;
+      Tensor rmt = running_mean, rvt = running_var;
+      rmt.copy_(vector_tensor(rm, DType::f64));
+      rvt.copy_(vector_tensor(rv, DType::f64));
+    }
+  });
+
+  autograd::record(
+      op, {x, weight, bias}, {y},
+      [xc, L, fmt, mean, invstd, training, wt = weight.detach(), rx = x.requires_grad(),
+       rw = weight.defined() && weight.requires_grad(),
+       rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {
+        const int64_t C = L.C;
+        const double M = static_cast<double>(L.per_channel());
+        Tensor gc = g[0].dtype() == xc.dtype() ? g[0] : g[0].to(xc.dtype());
+        gc = gc.contiguous(fmt);
+        const std::vector<double> w = wt.defined() ? values(wt) : std::vector<double>(C, 1.0);
+        Tensor dx, dw, db;
+        dispatch_floating(xc.dtype(), "batch_norm_backward", [&]<class T>() {
+          using A = acc_t<T>;
+          const T* xp = xc.data<T>();
+          const T* gp = gc.data<T>();
+          const std::vector<double> r = channel_reduce<2>(L, [&](int64_t i, int64_t c) {
+            const double gv = double(cast<A>(gp[i]));
+            return std::array<double, 2>{gv,
+                                         gv * (double(cast<A>(xp[i])) - (*mean)[c]) * (*invstd)[c]};
+          });
+          if (rw) dw = vector_tensor(std::vector<double>(r.begin() + C, r.end()), wt.dtype());
+          if (rb)
+            db = vector_tensor(std::vector<double>(r.begin(), r.begin() + C),
+                               wt.defined() ? wt.dtype() : xc.dtype());
+          if (!rx) return;
+          // dx = a * g + b * x + k per channel.
+          std::vector<A> a(static_cast<size_t>(C)), bx(static_cast<size_t>(C)),
+              k(static_cast<size_t>(C));
+          for (int64_t c = 0; c < C; ++c) {
+            const double is = (*invstd)[c], sc = w[c] * is;
+            if (training) {
+              const double sg = r[c] / M, sgx = r[C + c] / M;
+              a[c] = static_cast<A>(sc);
+              bx[c] = static_cast<A>(-sc * is * sgx);
+              k[c] = static_cast<A>(sc * (is * sgx * (*mean)[c] - sg));
+            } else {
+              a[c] = static_cast<A>(sc);
+              bx[c] = A(0);
+              k[c] = A(0);
+            }
+          }
+          dx = empty(xc.shape(), fmt, xc.options());
+          T* dp = dx.data<T>();
+          channel_apply(L, [&](int64_t i, int64_t c) {
+            dp[i] = cast<T>(a[c] * cast<A>(gp[i]) + bx[c] * cast<A>(xp[i]) + k[c]);
+          });
+        });
+        return std::vector<Tensor>{dx, dw, db};
+      });
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x, &weight, &bias});
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  DLTRAIN_CHECK(k >= 1, op, ": normalized_shape must name at least one trailing dimension; got []");
+  bool match = x.dim() >= k;
+  for (int64_t i = 0; match && i < k; ++i) match = x.size(x.dim() - k + i) == normalized_shape[i];
+  DLTRAIN_CHECK(match, op, ": normalized_shape ", shape_str(normalized_shape),
+                " does not match the trailing dimensions of the input of shape ",
+                shape_str(x.shape()), "; pass the input's last ", k, " sizes");
+  check_param(op, weight, "weight", normalized_shape);
+  check_param(op, bias, "bias", normalized_shape);
+  DLTRAIN_CHECK(eps >= 0, op, ": eps must be non-negative but is ", eps);
+
+  const int64_t D = shape_numel(normalized_shape);
+  const int64_t R = D == 0 ? 0 : x.numel() / D;
+  Tensor xc = x.detach().contiguous();
+  Tensor y = empty(x.shape(), x.options());
+  auto mean = std::make_shared<std::vector<double>>(static_cast<size_t>(R));
+  auto rstd = std::make_shared<std::vector<double>>(static_cast<size_t>(R));
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1));
+
+  dispatch_floating(x.dtype(), op, [&]<class T>() {
+    using A = acc_t<T>;
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    std::vector<A> w(static_cast<size_t>(D), A(1)), b(static_cast<size_t>(D), A(0));
+    if (weight.defined()) {
+      const std::vector<double> v = values(weight);
+      for (int64_t j = 0; j < D; ++j) w[j] = static_cast<A>(v[j]);
+    }
+    if (bias.defined()) {
+      const std::vector<double> v = values(bias);
+      for (int64_t j = 0; j < D; ++j) b[j] = static_cast<A>(v[j]);
+    }
+    parallel_for(0, R, grain, [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        const T* row = xp + r * D;
+        double s = 0;
+        for (int64_t j = 0; j < D; ++j) s += double(cast<A>(row[j]));
+        const double mu = s / static_cast<double>(D);
+        double q = 0;
+        for (int64_t j = 0; j < D; ++j) {
+          const double d = double(cast<A>(row[j])) - mu;
+          q += d * d;
+        }
+        const double is = 1.0 / std::sqrt(q / static_cast<double>(D) + eps);
+        (*mean)[r] = mu;
+        (*rstd)[r] = is;
+        const A m = static_cast<A>(mu), ia = static_cast<A>(is);
+        T* out = yp + r * D;
+        for (int64_t j = 0; j < D; ++j) out[j] = cast<T>((cast<A>(row[j]) - m) * ia * w[j] + b[j]);
+      }
+    });
+  });
+
+  autograd::record(
+      op, {x, weight, bias}, {y},
+      [xc, D, R, grain, mean, rstd, ns = normalized_shape, wt = weight.detach(),
+       bdt = bias.defined() ? bias.dtype() : x.dtype(), rx = x.requires_grad(),
+       rw = weight.defined() && weight.requires_grad(),
+       rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {
+        Tensor gc = (g[0].dtype() == xc.dtype() ? g[0] : g[0].to(xc.dtype())).contiguous();
+        Tensor dx, dw, db;
+        dispatch_floating(xc.dtype(), "layer_norm_backward", [&]<class T>() {
+          using A = acc_t<T>;
+          const T* xp = xc.data<T>();
+          const T* gp = gc.data<T>();
+          std::vector<double> w(static_cast<size_t>(D), 1.0);
+          if (wt.defined()) w = values(wt);
+          if (rx) {
+            dx = empty(xc.shape(), xc.options());
+            T* dp = dx.data<T>();
+            parallel_for(0, R, grain, [&](int64_t b, int64_t e) {
+              for (int64_t r = b; r < e; ++r) {
+                const T* xr = xp + r * D;
+                const T* gr = gp + r * D;
+                const double mu = (*mean)[r], is = (*rstd)[r];
+                double s1 = 0, s2 = 0;  // sum(g*w), sum(g*w*xhat)
+                for (int64_t j = 0; j < D; ++j) {
+                  const double gw = double(cast<A>(gr[j])) * w[j];
+                  s1 += gw;
+                  s2 += gw * (double(cast<A>(xr[j])) - mu) * is;
+                }
+                const double m1 = s1 / static_cast<double>(D), m2 = s2 / static_cast<double>(D);
+                T* dr = dp + r * D;
+                for (int64_t j = 0; j < D; ++j) {
+                  const double xhat = (double(cast<A>(xr[j])) - mu) * is;
+                  dr[j] = cast<T>(
+                      static_cast<A>(is * (double(cast<A>(gr[j])) * w[j] - m1 - xhat * m2)));
+                }
+              }
+            });
+          }
+          if (rw || rb) {
+            const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(kRowBlocks, R));
+            const int64_t per = (R + nb - 1) / nb;
+            std::vector<double> pw(static_cast<size_t>(nb * D), 0.0),
+                pb(static_cast<size_t>(nb * D), 0.0);
+            parallel_for(0, nb, 1, [&](int64_t b, int64_t e) {
+              for (int64_t blk = b; blk < e; ++blk) {
+                double* aw = pw.data() + blk * D;
+                double* ab = pb.data() + blk * D;
+                for (int64_t r = blk * per; r < std::min(R, (blk + 1) * per); ++r) {
+                  const double mu = (*mean)[r], is = (*rstd)[r];
+                  for (int64_t j = 0; j < D; ++j) {
+                    const double gv = double(cast<A>(gp[r * D + j]));
+                    aw[j] += gv * (double(cast<A>(xp[r * D + j])) - mu) * is;
+                    ab[j] += gv;
+                  }
+                }
+              }
+            });
+            std::vector<double> sw(static_cast<size_t>(D), 0.0), sb(static_cast<size_t>(D), 0.0);
+            for (int64_t blk = 0; blk < nb; ++blk)
+              for (int64_t j = 0; j < D; ++j) {
+                sw[j] += pw[blk * D + j];
+                sb[j] += pb[blk * D + j];
+              }
+            if (rw) dw = vector_tensor(sw, wt.dtype()).reshape(ns);
+            if (rb) db = vector_tensor(sb, bdt).reshape(ns);
+          }
+        });
+        return std::vector<Tensor>{dx, dw, db};
+      });
+  return y;
+}
+
+}  // namespace dltrain

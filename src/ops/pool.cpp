@@ -1,0 +1,310 @@
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d with their gradients.
+//
+// Kernels run on a contiguous NCHW copy in float or double (f16/bf16 upcast,
+// result rounded once), parallel over the N*C planes; channels-last inputs
+// get channels-last outputs (and gradients). Window rules follow PyTorch:
+// max pooling pads with -inf and picks NaN if present; average pooling
+// clips windows to input + padding and divides by the clipped window
+// (count_include_pad) or by the in-bounds part; adaptive pooling uses
+// [floor(o*In/Out), ceil((o+1)*In/Out)). Max pooling indices are flat
+// h*W + w positions inside each plane. 3-d [C, H, W] inputs are accepted and
+// treated as one image. The backward kernels are not themselves recorded.
+#include "dltrain/ops/pool.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "src/ops/common.hpp"
+
+namespace dltrain {
+
+namespace {
+
+struct PoolShape {
+  int64_t N, C, H, W, Ho, Wo;
+  Int2 k, s, p, d;
+  int64_t planes() const { return N * C; }
+};
+
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+DType compute_type(DType t) { return is_half(t) ? DType::f32 : t; }
+
+void check_input(const char* op, const Tensor& x) {
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {&x});
+  DLTRAIN_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W] (or 3-d [C, H, W]) but got shape ",
+                shape_str(x.shape()));
+  DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
+                "; convert it with .to(DType::f32)");
+}
+
+PoolShape window_shape(const char* op, const Tensor& x, Int2 k, std::optional<Int2> stride, Int2 p,
+                       Int2 d, bool ceil_mode) {
+  check_input(op, x);
+  const Int2 s = stride.value_or(k);
+  DLTRAIN_CHECK(k.h > 0 && k.w > 0 && s.h > 0 && s.w > 0 && d.h > 0 && d.w > 0, op, ": kernel (", k.h,
+                ", ", k.w, "), stride (", s.h, ", ", s.w, ") and dilation (", d.h, ", ", d.w,
+                ") must be positive");
+  DLTRAIN_CHECK(p.h >= 0 && p.w >= 0 && p.h <= k.h / 2 && p.w <= k.w / 2, op, ": padding (", p.h, ", ",
+                p.w, ") must be non-negative and at most half the kernel (", k.h, ", ", k.w, ")");
+  PoolShape r{x.size(0), x.size(1), x.size(2), x.size(3), 0, 0, k, s, p, d};
+  r.Ho = conv_output_size(r.H, k.h, s.h, p.h, d.h, ceil_mode);
+  r.Wo = conv_output_size(r.W, k.w, s.w, p.w, d.w, ceil_mode);
+  DLTRAIN_CHECK(r.Ho > 0 && r.Wo > 0, op, ": input ", shape_str(x.shape()), " with padding (", p.h,
+                ", ", p.w, ") is smaller than the kernel (", k.h, ", ", k.w, ") with dilation (", d.h,
+                ", ", d.w, "); the output would be empty");
+  return r;
+}
+
+Tensor prepared(const Tensor& t, DType ct) { return t.detach().to(ct).contiguous(); }
+
+// Converts an NCHW compute-type result to dtype dt and memory format fmt.
+Tensor finish(Tensor y, DType dt, MemoryFormat fmt) {
+  if (y.dtype() != dt) y = y.to(dt);
+  return fmt == MemoryFormat::ChannelsLast ? y.contiguous(MemoryFormat::ChannelsLast) : y;
+}
+
+int64_t plane_grain(int64_t work_per_plane) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(work_per_plane, 1));
+}
+
+// Runs fn.template operator()<T>() for the float/double compute type ct.
+template <class F>
+void dispatch_compute(DType ct, const char* op, F&& f) {
+  dispatch_floating(ct, op, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) f.template operator()<T>();
+  });
+}
+
+// --- max ---------------------------------------------------------------------------
+
+template <class T>
+void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
+  const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  parallel_for(0, s.planes(), plane_grain(L * s.k.h * s.k.w), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const T* xp = x + pl * HW;
+      for (int64_t oh = 0; oh < s.Ho; ++oh) {
+        const int64_t hs = oh * s.s.h - s.p.h;
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const int64_t ws = ow * s.s.w - s.p.w;
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t bi = -1;
+          for (int64_t i = 0; i < s.k.h; ++i) {
+            const int64_t ih = hs + i * s.d.h;
+            if (ih < 0 || ih >= s.H) continue;
+            for (int64_t j = 0; j < s.k.w; ++j) {
+              const int64_t iw = ws + j * s.d.w;
+              if (iw < 0 || iw >= s.W) continue;
+              const T v = xp[ih * s.W + iw];
+              if (v > best || std::isnan(v) || bi < 0) {
+                best = v;
+                bi = ih * s.W + iw;
+              }
+            }
+          }
+          y[pl * L + oh * s.Wo + ow] = best;
+          idx[pl * L + oh * s.Wo + ow] = bi;
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void max_backward(const T* gy, const int64_t* idx, T* gx, const PoolShape& s) {
+  const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  parallel_for(0, s.planes(), plane_grain(L), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl)
+      for (int64_t o = 0; o < L; ++o)
+        if (idx[pl * L + o] >= 0) gx[pl * HW + idx[pl * L + o]] += gy[pl * L + o];
+  });
+}
+
+// --- average -----------------------------------------------------------------------
+
+// The window of output (oh, ow) clipped to the input, and its divisor.
+struct AvgWindow {
+  int64_t hs, he, ws, we;
+  double div;
+};
+
+AvgWindow avg_window(const PoolShape& s, int64_t oh, int64_t ow, bool count_include_pad) {
+  int64_t hs = oh * s.s.h - s.p.h, ws = ow * s.s.w - s.p.w;
+  int64_t he = std::min(hs + s.k.h, s.H + s.p.h), we = std::min(ws + s.k.w, s.W + s.p.w);
+  const int64_t pool = (he - hs) * (we - ws);
+  hs = std::max<int64_t>(hs, 0);
+  ws = std::max<int64_t>(ws, 0);
+  he = std::min(he, s.H);
+  we = std::min(we, s.W);
+  const int64_t inside = std::max<int64_t>(he - hs, 0) * std::max<int64_t>(we - ws, 0);
+  return {hs, he, ws, we, static_cast<double>(count_include_pad ? pool : inside)};
+}
+
+template <class T>
+void avg_forward(const T* x, T* y, const PoolShape& s, bool cip) {
+  const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  parallel_for(0, s.planes(), plane_grain(L * s.k.h * s.k.w), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const T* xp = x + pl * HW;
+      for (int64_t oh = 0; oh < s.Ho; ++oh)
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const AvgWindow w = avg_window(s, oh, ow, cip);
+          T acc = 0;
+          for (int64_t ih = w.hs; ih < w.he; ++ih)
+            for (int64_t iw = w.ws; iw < w.we; ++iw) acc += xp[ih * s.W + iw];
+          y[pl * L + oh * s.Wo + ow] = w.div > 0 ? acc / static_cast<T>(w.div) : T(0);
+        }
+    }
+  });
+}
+
+template <class T>
+void avg_backward(const T* gy, T* gx, const PoolShape& s, bool cip) {
+  const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  parallel_for(0, s.planes(), plane_grain(L * s.k.h * s.k.w), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      T* gp = gx + pl * HW;
+      for (int64_t oh = 0; oh < s.Ho; ++oh)
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const AvgWindow w = avg_window(s, oh, ow, cip);
+          if (w.div <= 0) continue;
+          const T g = gy[pl * L + oh * s.Wo + ow] / static_cast<T>(w.div);
+          for (int64_t ih = w.hs; ih < w.he; ++ih)
+            for (int64_t iw = w.ws; iw < w.we; ++iw) gp[ih * s.W + iw] += g;
+        }
+    }
+  });
+}
+
+// --- adaptive average --------------------------------------------------------------
+
+int64_t start_index(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+int64_t end_index(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
+template <class T, bool Backward>
+void adaptive_kernel(const T* src, T* dst, const PoolShape& s) {
+  const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  parallel_for(0, s.planes(), plane_grain(HW), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl)
+      for (int64_t oh = 0; oh < s.Ho; ++oh) {
+        const int64_t hs = start_index(oh, s.H, s.Ho), he = end_index(oh, s.H, s.Ho);
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const int64_t ws = start_index(ow, s.W, s.Wo), we = end_index(ow, s.W, s.Wo);
+          const T count = static_cast<T>((he - hs) * (we - ws));
+          if constexpr (Backward) {
+            const T g = src[pl * L + oh * s.Wo + ow] / count;
+            for (int64_t ih = hs; ih < he; ++ih)
+              for (int64_t iw = ws; iw < we; ++iw) dst[pl * HW + ih * s.W + iw] += g;
+          } else {
+            T acc = 0;
+            for (int64_t ih = hs; ih < he; ++ih)
+              for (int64_t iw = ws; iw < we; ++iw) acc += src[pl * HW + ih * s.W + iw];
+            dst[pl * L + oh * s.Wo + ow] = acc / count;
+          }
+        }
+      }
+  });
+}
+
+enum class Kind { Avg, Adaptive };
+
+// Shared backward of the average pools: gy -> gx in the input's dtype and format.
+Tensor avg_like_backward(Kind kind, const Tensor& gy0, const PoolShape& s, bool cip, DType dt,
+                         MemoryFormat fmt) {
+  const DType ct = compute_type(dt);
+  Tensor gy = prepared(gy0, ct);
+  Tensor gx = zeros({s.N, s.C, s.H, s.W}, TensorOptions(ct));
+  dispatch_compute(ct, "avg_pool2d_backward", [&]<class T>() {
+    const T* g = static_cast<const T*>(gy.data_ptr());
+    T* o = static_cast<T*>(gx.data_ptr());
+    if (kind == Kind::Avg) avg_backward<T>(g, o, s, cip);
+    else adaptive_kernel<T, true>(g, o, s);
+  });
+  return finish(gx, dt, fmt);
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, std::optional<Int2> stride,
+                                                  Int2 padding, Int2 dilation, bool ceil_mode) {
+  if (x.defined() && x.dim() == 3) {
+    auto [y, i] = max_pool2d_with_indices(x.unsqueeze(0), kernel, stride, padding, dilation, ceil_mode);
+    return {y.squeeze(0), i.squeeze(0)};
+  }
+  const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
+  const DType dt = x.dtype(), ct = compute_type(dt);
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor xc = prepared(x, ct);
+  Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, TensorOptions(ct));
+  Tensor idx = empty({s.N, s.C, s.Ho, s.Wo}, TensorOptions(DType::i64));
+  dispatch_compute(ct, "max_pool2d", [&]<class T>() {
+    max_forward<T>(static_cast<const T*>(xc.data_ptr()), static_cast<T*>(y.data_ptr()),
+                   static_cast<int64_t*>(idx.data_ptr()), s);
+  });
+  y = finish(y, dt, fmt);
+  Tensor idx_out = finish(idx, DType::i64, fmt);
+  autograd::record("max_pool2d", {x}, {y, idx_out}, [idx, s, dt, fmt](const std::vector<Tensor>& g) {
+    const DType ct = compute_type(dt);
+    Tensor gy = prepared(g[0], ct);
+    Tensor gx = zeros({s.N, s.C, s.H, s.W}, TensorOptions(ct));
+    dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
+      max_backward<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const int64_t*>(idx.data_ptr()),
+                      static_cast<T*>(gx.data_ptr()), s);
+    });
+    return std::vector<Tensor>{finish(gx, dt, fmt)};
+  });
+  return {y, idx_out};
+}
+
+Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, Int2 dilation,
+                  bool ceil_mode) {
+  return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+}
+
+Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, bool ceil_mode,
+                  bool count_include_pad) {
+  if (x.defined() && x.dim() == 3)
+    return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad).squeeze(0);
+  const PoolShape s = window_shape("avg_pool2d", x, kernel, stride, padding, 1, ceil_mode);
+  const DType dt = x.dtype(), ct = compute_type(dt);
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor xc = prepared(x, ct);
+  Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, TensorOptions(ct));
+  dispatch_compute(ct, "avg_pool2d", [&]<class T>() {
+    avg_forward<T>(static_cast<const T*>(xc.data_ptr()), static_cast<T*>(y.data_ptr()), s,
+                   count_include_pad);
+  });
+  y = finish(y, dt, fmt);
+  autograd::record("avg_pool2d", {x}, {y}, [s, dt, fmt, count_include_pad](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{avg_like_backward(Kind::Avg, g[0], s, count_include_pad, dt, fmt)};
+  });
+  return y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+  if (x.defined() && x.dim() == 3) return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
+  check_input("adaptive_avg_pool2d", x);
+  DLTRAIN_CHECK(output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: output_size (",
+                output_size.h, ", ", output_size.w, ") must be positive");
+  DLTRAIN_CHECK(x.size(2) > 0 && x.size(3) > 0, "adaptive_avg_pool2d: input ", shape_str(x.shape()),
+                " has an empty spatial dim");
+  const PoolShape s{x.size(0), x.size(1), x.size(2), x.size(3), output_size.h, output_size.w,
+                    1, 1, 0, 1};
+  const DType dt = x.dtype(), ct = compute_type(dt);
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor xc = prepared(x, ct);
+  Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, TensorOptions(ct));
+  dispatch_compute(ct, "adaptive_avg_pool2d", [&]<class T>() {
+    adaptive_kernel<T, false>(static_cast<const T*>(xc.data_ptr()), static_cast<T*>(y.data_ptr()), s);
+  });
+  y = finish(y, dt, fmt);
+  autograd::record("adaptive_avg_pool2d", {x}, {y}, [s, dt, fmt](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{avg_like_backward(Kind::Adaptive, g[0], s, false, dt, fmt)};
+  });
+  return y;
+}
+
+}  // namespace dltrain
