@@ -32,14 +32,22 @@ void launch(void* p, int64_t n, T v) {
 void fill(void* p, DType dtype, int64_t n, double value, Device device) {
   DLTRAIN_CUDA_CHECK(cudaSetDevice(device.index));
   switch (dtype) {
-    case DType::f32: return launch<float>(p, n, static_cast<float>(value));
-    case DType::f64: return launch<double>(p, n, value);
-    case DType::f16: return launch<__half>(p, n, __double2half(value));
-    case DType::bf16: return launch<__nv_bfloat16>(p, n, __double2bfloat16(value));
-    case DType::i32: return launch<int32_t>(p, n, static_cast<int32_t>(value));
-    case DType::i64: return launch<int64_t>(p, n, static_cast<int64_t>(value));
-    case DType::u8: return launch<uint8_t>(p, n, static_cast<uint8_t>(value));
-    case DType::b8: return launch<bool>(p, n, value != 0.0);
+    case DType::f32:
+      return launch<float>(p, n, static_cast<float>(value));
+    case DType::f64:
+      return launch<double>(p, n, value);
+    case DType::f16:
+      return launch<__half>(p, n, __double2half(value));
+    case DType::bf16:
+      return launch<__nv_bfloat16>(p, n, __double2bfloat16(value));
+    case DType::i32:
+      return launch<int32_t>(p, n, static_cast<int32_t>(value));
+    case DType::i64:
+      return launch<int64_t>(p, n, static_cast<int64_t>(value));
+    case DType::u8:
+      return launch<uint8_t>(p, n, static_cast<uint8_t>(value));
+    case DType::b8:
+      return launch<bool>(p, n, value != 0.0);
   }
 }
 

@@ -29,12 +29,12 @@ inline std::map<std::string, Tensor> read_reference(const std::string& path) {
     std::string name;
     int64_t nd = -1;
     hs >> name >> nd;
-    DLTRAIN_CHECK(!name.empty() && nd >= 0 && nd <= 8, path, ":", lineno, ": malformed header '", line,
-                  "' (expected: name ndim sizes...)");
+    DLTRAIN_CHECK(!name.empty() && nd >= 0 && nd <= 8, path, ":", lineno, ": malformed header '",
+                  line, "' (expected: name ndim sizes...)");
     Shape shape(static_cast<size_t>(nd));
     for (auto& s : shape) {
-      DLTRAIN_CHECK(static_cast<bool>(hs >> s) && s >= 0, path, ":", lineno, ": bad size in header of '",
-                    name, "'");
+      DLTRAIN_CHECK(static_cast<bool>(hs >> s) && s >= 0, path, ":", lineno,
+                    ": bad size in header of '", name, "'");
     }
     std::string values;
     DLTRAIN_CHECK(static_cast<bool>(std::getline(in, values)), path, ": truncated: record '", name,

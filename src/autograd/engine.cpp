@@ -98,8 +98,8 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
   std::vector<Edge> next;
   next.reserve(inputs.size());
   for (const Tensor& t : inputs) next.push_back(gradient_edge(t));
-  auto node = std::make_shared<FunctionNode>(name, std::move(next),
-                                             static_cast<uint32_t>(outputs.size()), std::move(backward));
+  auto node = std::make_shared<FunctionNode>(
+      name, std::move(next), static_cast<uint32_t>(outputs.size()), std::move(backward));
   for (uint32_t i = 0; i < outputs.size(); ++i) {
     const auto& o = outputs[i].impl();
     node->output_shapes.push_back(o->shape);
@@ -111,9 +111,10 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
   }
 }
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
-  DLTRAIN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(),
-                " gradients; pass one gradient (or an undefined Tensor) per root");
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+              bool retain_graph) {
+  DLTRAIN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ",
+                grads.size(), " gradients; pass one gradient (or an undefined Tensor) per root");
   NoGradGuard no_grad;  // backward formulas do not record (no double backward)
 
   struct Pending {
@@ -134,8 +135,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     DLTRAIN_CHECK(r.defined(), "backward: called on an undefined tensor");
-    DLTRAIN_CHECK(r.requires_grad(), "backward: the tensor does not require grad and has no grad_fn; "
-                                     "mark an input with requires_grad_() before computing it");
+    DLTRAIN_CHECK(r.requires_grad(),
+                  "backward: the tensor does not require grad and has no grad_fn; "
+                  "mark an input with requires_grad_() before computing it");
     Tensor g = grads[i];
     if (!g.defined()) {
       DLTRAIN_CHECK(r.numel() == 1, "backward: the output has shape ", shape_str(r.shape()),

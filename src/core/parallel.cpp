@@ -28,8 +28,7 @@ int default_threads() {
   if (const char* env = std::getenv("DLTRAIN_NUM_THREADS")) {
     char* end = nullptr;
     long v = std::strtol(env, &end, 10);
-    DLTRAIN_CHECK(end != env && *end == '\0' && v >= 1 && v <= 4096,
-                  "DLTRAIN_NUM_THREADS='", env,
+    DLTRAIN_CHECK(end != env && *end == '\0' && v >= 1 && v <= 4096, "DLTRAIN_NUM_THREADS='", env,
                   "' is not a positive thread count; set it to an integer such as 4, or unset it");
     return static_cast<int>(v);
   }

@@ -68,7 +68,8 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator* gen) {
   DLTRAIN_CHECK(is_floating(opts.dtype), "uniform/rand: dtype must be floating, got ", opts.dtype);
   const uint64_t seed = gen_or_default(gen).seed();
-  const uint64_t base = gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
+  const uint64_t base =
+      gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
   return generate(shape, opts, [&](int64_t i) {
     const auto w = philox4x32(base + static_cast<uint64_t>(i) / 2, 0, seed);
     const int lane = static_cast<int>(i % 2) * 2;
@@ -84,7 +85,8 @@ Tensor normal(const Shape& shape, double mean, double std, TensorOptions opts, G
   DLTRAIN_CHECK(is_floating(opts.dtype), "randn/normal: dtype must be floating, got ", opts.dtype);
   DLTRAIN_CHECK(std >= 0, "normal: std must be >= 0, got ", std);
   const uint64_t seed = gen_or_default(gen).seed();
-  const uint64_t base = gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
+  const uint64_t base =
+      gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
   return generate(shape, opts, [&](int64_t i) {
     const auto w = philox4x32(base + static_cast<uint64_t>(i) / 2, 0, seed);
     const double r = std::sqrt(-2.0 * std::log(u01(w[0], w[1])));
@@ -101,7 +103,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
   DLTRAIN_CHECK(high > low, "randint: high (", high, ") must be greater than low (", low, ")");
   const uint64_t range = static_cast<uint64_t>(high - low);
   const uint64_t seed = gen_or_default(gen).seed();
-  const uint64_t base = gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
+  const uint64_t base =
+      gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
   return generate(shape, opts, [&](int64_t i) {
     const auto w = philox4x32(base + static_cast<uint64_t>(i) / 2, 0, seed);
     const int lane = static_cast<int>(i % 2) * 2;
@@ -127,10 +130,12 @@ Tensor randperm(int64_t n, Generator* gen) {
 }
 
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, std::optional<TensorOptions> opts) {
+Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                   std::optional<TensorOptions> opts) {
   const Shape s = shape.empty() ? Shape{static_cast<int64_t>(values.size())} : shape;
-  DLTRAIN_CHECK(shape_numel(s) == static_cast<int64_t>(values.size()), "from_vector: ", values.size(),
-                " values do not fill shape ", shape_str(s), " (", shape_numel(s), " elements)");
+  DLTRAIN_CHECK(shape_numel(s) == static_cast<int64_t>(values.size()),
+                "from_vector: ", values.size(), " values do not fill shape ", shape_str(s), " (",
+                shape_numel(s), " elements)");
   Tensor t = empty(s, TensorOptions(dtype_v<T>));
   T* p = t.data<T>();
   for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
@@ -141,13 +146,20 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, std::option
   return t;
 }
 
-template Tensor from_vector<float>(const std::vector<float>&, const Shape&, std::optional<TensorOptions>);
-template Tensor from_vector<double>(const std::vector<double>&, const Shape&, std::optional<TensorOptions>);
-template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, std::optional<TensorOptions>);
-template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, std::optional<TensorOptions>);
-template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&, std::optional<TensorOptions>);
-template Tensor from_vector<Half>(const std::vector<Half>&, const Shape&, std::optional<TensorOptions>);
-template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&, std::optional<TensorOptions>);
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&,
+                                   std::optional<TensorOptions>);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&,
+                                    std::optional<TensorOptions>);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&,
+                                     std::optional<TensorOptions>);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&,
+                                     std::optional<TensorOptions>);
+template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, const Shape&,
+                                     std::optional<TensorOptions>);
+template Tensor from_vector<Half>(const std::vector<Half>&, const Shape&,
+                                  std::optional<TensorOptions>);
+template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&,
+                                      std::optional<TensorOptions>);
 
 Tensor tensor(std::initializer_list<double> values, TensorOptions opts) {
   return from_vector(std::vector<double>(values), {}, opts);

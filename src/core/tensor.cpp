@@ -49,8 +49,9 @@ Shape channels_last_strides(const Shape& s) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t n = std::max<int64_t>(ndim, 1);
-  DLTRAIN_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " is out of range for a tensor with ",
-                ndim, " dimension(s); valid dims are ", -n, "..", n - 1);
+  DLTRAIN_CHECK(dim >= -n && dim < n, op, ": dimension ", dim,
+                " is out of range for a tensor with ", ndim, " dimension(s); valid dims are ", -n,
+                "..", n - 1);
   return dim < 0 ? dim + n : dim;
 }
 
@@ -61,8 +62,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     DLTRAIN_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ",
-                  shape_str(b), " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db,
-                  "); make the sizes equal or 1, e.g. with unsqueeze() or expand()");
+                  shape_str(b), " cannot be broadcast together (dimension ", i, ": ", da, " vs ",
+                  db, "); make the sizes equal or 1, e.g. with unsqueeze() or expand()");
     r[i] = da == 1 ? db : da;
   }
   return r;
@@ -83,8 +84,9 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 // --- Tensor members ------------------------------------------------------------
 
 void Tensor::throw_undefined() {
-  DLTRAIN_FAIL("operation on an undefined Tensor (default-constructed, or a gradient that was never "
-               "computed); check defined() first");
+  DLTRAIN_FAIL(
+      "operation on an undefined Tensor (default-constructed, or a gradient that was never "
+      "computed); check defined() first");
 }
 
 int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "Tensor::size")]; }
@@ -92,15 +94,16 @@ int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "T
 
 void* Tensor::data_ptr() const {
   const auto& i = checked();
-  return static_cast<char*>(i->storage.data()) + i->offset * static_cast<int64_t>(dtype_size(i->dtype));
+  return static_cast<char*>(i->storage.data()) +
+         i->offset * static_cast<int64_t>(dtype_size(i->dtype));
 }
 
 bool Tensor::is_contiguous(MemoryFormat fmt) const {
   const auto& i = checked();
   if (fmt == MemoryFormat::Preserve) return true;
   if (fmt == MemoryFormat::ChannelsLast && i->shape.size() != 4) return false;
-  const Shape expect =
-      fmt == MemoryFormat::ChannelsLast ? channels_last_strides(i->shape) : contiguous_strides(i->shape);
+  const Shape expect = fmt == MemoryFormat::ChannelsLast ? channels_last_strides(i->shape)
+                                                         : contiguous_strides(i->shape);
   for (size_t d = 0; d < i->shape.size(); ++d)
     if (i->shape[d] != 1 && i->strides[d] != expect[d]) return false;
   return true;
@@ -114,8 +117,9 @@ MemoryFormat Tensor::suggest_memory_format() const {
 
 Tensor& Tensor::requires_grad_(bool r) {
   const auto& i = checked();
-  DLTRAIN_CHECK(i->grad_fn == nullptr || r,
-                "requires_grad_(false) on a non-leaf tensor; use detach() to cut it from the graph");
+  DLTRAIN_CHECK(
+      i->grad_fn == nullptr || r,
+      "requires_grad_(false) on a non-leaf tensor; use detach() to cut it from the graph");
   DLTRAIN_CHECK(i->grad_fn == nullptr, "requires_grad_() on a non-leaf tensor (produced by ",
                 "an op); only leaves can be marked, and this one already requires grad");
   DLTRAIN_CHECK(!r || is_floating(i->dtype), "requires_grad_(): only floating-point tensors can ",
@@ -153,9 +157,10 @@ Tensor Tensor::detach() const {
 
 void Tensor::register_hook(GradHook hook) const {
   const auto& i = checked();
-  DLTRAIN_CHECK(i->grad_fn == nullptr && i->requires_grad,
-                "register_hook: hooks fire when a leaf's gradient is final, so the tensor must be a "
-                "leaf that requires grad; call requires_grad_() on it first");
+  DLTRAIN_CHECK(
+      i->grad_fn == nullptr && i->requires_grad,
+      "register_hook: hooks fire when a leaf's gradient is final, so the tensor must be a "
+      "leaf that requires grad; call requires_grad_() on it first");
   i->hooks.push_back(std::move(hook));
 }
 
@@ -178,8 +183,8 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + c.numel());
 }
 
-#define DLTRAIN_INSTANTIATE_ACCESS(T)             \
-  template T Tensor::item<T>() const;             \
+#define DLTRAIN_INSTANTIATE_ACCESS(T) \
+  template T Tensor::item<T>() const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 DLTRAIN_INSTANTIATE_ACCESS(float)
 DLTRAIN_INSTANTIATE_ACCESS(double)
@@ -211,19 +216,25 @@ std::string Tensor::str() const {
         if (elide && i == 3) {
           os << "...";
           i = n - 4;
-          if (d == nd - 1) os << ", ";
-          else os << ",\n" << std::string(static_cast<size_t>(d + 8), ' ');
+          if (d == nd - 1)
+            os << ", ";
+          else
+            os << ",\n" << std::string(static_cast<size_t>(d + 8), ' ');
           continue;
         }
         if (d == nd - 1) {
-          if (integral) os << static_cast<int64_t>(v[off + i]);
-          else os << std::setprecision(4) << v[off + i];
+          if (integral)
+            os << static_cast<int64_t>(v[off + i]);
+          else
+            os << std::setprecision(4) << v[off + i];
         } else {
           rec(d + 1, off + i * st[d]);
         }
         if (i + 1 < n) {
-          if (d == nd - 1) os << ", ";
-          else os << ",\n" << std::string(static_cast<size_t>(d + 8), ' ');
+          if (d == nd - 1)
+            os << ", ";
+          else
+            os << ",\n" << std::string(static_cast<size_t>(d + 8), ' ');
         }
       }
       os << ']';
@@ -241,8 +252,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 // --- factories -------------------------------------------------------------------
 
 Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions opts) {
-  DLTRAIN_CHECK(shape.size() == strides.size(), "empty_strided: shape ", shape_str(shape), " and strides ",
-                shape_str(strides), " have different lengths");
+  DLTRAIN_CHECK(shape.size() == strides.size(), "empty_strided: shape ", shape_str(shape),
+                " and strides ", shape_str(strides), " have different lengths");
   int64_t extent = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     DLTRAIN_CHECK(shape[i] >= 0, "empty: negative size ", shape[i], " in shape ", shape_str(shape));
@@ -253,8 +264,7 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions opt
     for (size_t i = 0; i < shape.size(); ++i) extent += (shape[i] - 1) * strides[i];
   }
   if (opts.device.is_cuda()) {
-    DLTRAIN_CHECK(backend::cuda::compiled(),
-                  "cannot create a tensor on ", opts.device,
+    DLTRAIN_CHECK(backend::cuda::compiled(), "cannot create a tensor on ", opts.device,
                   ": this dltrain was built without CUDA; rebuild with -DDLTRAIN_CUDA=ON");
     const int n = backend::cuda::device_count();
     DLTRAIN_CHECK(opts.device.index >= 0 && opts.device.index < n, "cannot create a tensor on ",
@@ -276,7 +286,8 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 }
 
 Tensor empty(const Shape& shape, MemoryFormat fmt, TensorOptions opts) {
-  if (fmt == MemoryFormat::ChannelsLast) return empty_strided(shape, channels_last_strides(shape), opts);
+  if (fmt == MemoryFormat::ChannelsLast)
+    return empty_strided(shape, channels_last_strides(shape), opts);
   return empty(shape, opts);
 }
 

@@ -14,21 +14,23 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> ts) 
       first = t;
       continue;
     }
-    DLTRAIN_CHECK(t->device() == first->device(), op, ": expected all tensors on one device but got ",
-                  first->device(), " and ", t->device(), "; move them with .to(device)");
+    DLTRAIN_CHECK(t->device() == first->device(), op,
+                  ": expected all tensors on one device but got ", first->device(), " and ",
+                  t->device(), "; move them with .to(device)");
   }
 }
 
 void require_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
   check_same_device(op, ts);
   for (const Tensor* t : ts)
-    DLTRAIN_CHECK(!t || !t->defined() || t->device().is_cpu(), op, ": this build has no CUDA kernel for ",
-                  op, " (tensor on ", t->device(), "); run it on CPU with .to(Device::cpu())");
+    DLTRAIN_CHECK(!t || !t->defined() || t->device().is_cpu(), op,
+                  ": this build has no CUDA kernel for ", op, " (tensor on ", t->device(),
+                  "); run it on CPU with .to(Device::cpu())");
 }
 
 void check_dim(const char* op, const Tensor& t, int64_t n, const char* name) {
-  DLTRAIN_CHECK(t.dim() == n, op, ": expected '", name, "' to have ", n, " dimensions but got shape ",
-                shape_str(t.shape()));
+  DLTRAIN_CHECK(t.dim() == n, op, ": expected '", name, "' to have ", n,
+                " dimensions but got shape ", shape_str(t.shape()));
 }
 
 }  // namespace dltrain::detail

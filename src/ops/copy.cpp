@@ -34,7 +34,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   DLTRAIN_CHECK(!(requires_grad() && is_leaf() && autograd::grad_mode_enabled()),
                 "copy_(): in-place change of a leaf that requires grad; wrap it in NoGradGuard");
   DLTRAIN_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source shape ",
-                shape_str(src.shape()), " does not broadcast to destination shape ", shape_str(shape()));
+                shape_str(src.shape()), " does not broadcast to destination shape ",
+                shape_str(shape()));
   if (device().is_cpu() && src.device().is_cpu()) {
     cpu_convert(*this, src);
     return *this;
@@ -48,9 +49,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
     cpu_convert(staged, s);
     s = staged;
   }
-  DLTRAIN_CHECK(is_contiguous(), "copy_: non-contiguous CUDA destinations (shape ", shape_str(shape()),
+  DLTRAIN_CHECK(is_contiguous(), "copy_: non-contiguous CUDA destinations (shape ",
+                shape_str(shape()),
                 ") are not supported by this build; copy into a contiguous tensor");
-  backend::cuda::copy_bytes(data_ptr(), device(), s.data_ptr(), s.device(), numel() * element_size());
+  backend::cuda::copy_bytes(data_ptr(), device(), s.data_ptr(), s.device(),
+                            numel() * element_size());
   return *this;
 }
 
@@ -61,9 +64,8 @@ Tensor Tensor::clone(MemoryFormat fmt) const {
     NoGradGuard g;
     out.copy_(*this);
   }
-  autograd::record("clone", {*this}, {out}, [](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0]};
-  });
+  autograd::record("clone", {*this}, {out},
+                   [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 

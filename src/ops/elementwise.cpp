@@ -81,23 +81,34 @@ Tensor binary_raw(const char* name, BinOp kind, const Tensor& a, const Tensor& b
     using A = acc_t<T>;
     const A al = static_cast<A>(alpha);
     auto run = [&](auto f) {
-      binary_map<T, T, T>(out, ac, bc, [&](T x, T y) { return cast<T>(f(cast<A>(x), cast<A>(y))); });
+      binary_map<T, T, T>(out, ac, bc,
+                          [&](T x, T y) { return cast<T>(f(cast<A>(x), cast<A>(y))); });
     };
     switch (kind) {
       case BinOp::Add:
-        if (alpha == 1.0) run([](A x, A y) { return x + y; });
-        else run([al](A x, A y) { return x + al * y; });
+        if (alpha == 1.0)
+          run([](A x, A y) { return x + y; });
+        else
+          run([al](A x, A y) { return x + al * y; });
         break;
       case BinOp::Sub:
-        if (alpha == 1.0) run([](A x, A y) { return x - y; });
-        else run([al](A x, A y) { return x - al * y; });
+        if (alpha == 1.0)
+          run([](A x, A y) { return x - y; });
+        else
+          run([al](A x, A y) { return x - al * y; });
         break;
-      case BinOp::Mul: run([](A x, A y) { return x * y; }); break;
+      case BinOp::Mul:
+        run([](A x, A y) { return x * y; });
+        break;
       case BinOp::Div:
         if constexpr (std::is_floating_point_v<A>) run([](A x, A y) { return x / y; });
         break;
-      case BinOp::Max: run([](A x, A y) { return (x > y || x != x) ? x : y; }); break;
-      case BinOp::Min: run([](A x, A y) { return (x < y || x != x) ? x : y; }); break;
+      case BinOp::Max:
+        run([](A x, A y) { return (x > y || x != x) ? x : y; });
+        break;
+      case BinOp::Min:
+        run([](A x, A y) { return (x < y || x != x) ? x : y; });
+        break;
     }
   });
   return out;
@@ -141,12 +152,24 @@ Tensor compare(const char* name, const Tensor& a, const Tensor& b, int kind) {
       binary_map<bool, T, T>(out, ac, bc, [&](T x, T y) { return f(cast<A>(x), cast<A>(y)); });
     };
     switch (kind) {
-      case 0: run([](A x, A y) { return x == y; }); break;
-      case 1: run([](A x, A y) { return x != y; }); break;
-      case 2: run([](A x, A y) { return x < y; }); break;
-      case 3: run([](A x, A y) { return x <= y; }); break;
-      case 4: run([](A x, A y) { return x > y; }); break;
-      default: run([](A x, A y) { return x >= y; }); break;
+      case 0:
+        run([](A x, A y) { return x == y; });
+        break;
+      case 1:
+        run([](A x, A y) { return x != y; });
+        break;
+      case 2:
+        run([](A x, A y) { return x < y; });
+        break;
+      case 3:
+        run([](A x, A y) { return x <= y; });
+        break;
+      case 4:
+        run([](A x, A y) { return x > y; });
+        break;
+      default:
+        run([](A x, A y) { return x >= y; });
+        break;
     }
   });
   return out;
@@ -158,42 +181,46 @@ Tensor compare(const char* name, const Tensor& a, const Tensor& b, int kind) {
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   Tensor out = binary_raw("add", BinOp::Add, a, b, alpha);
-  autograd::record("add", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{a.requires_grad ? grad_for(g[0], a) : Tensor(),
-                               b.requires_grad ? grad_for(alpha == 1 ? g[0] : mul(g[0], alpha), b)
-                                               : Tensor()};
-  });
+  autograd::record(
+      "add", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{
+            a.requires_grad ? grad_for(g[0], a) : Tensor(),
+            b.requires_grad ? grad_for(alpha == 1 ? g[0] : mul(g[0], alpha), b) : Tensor()};
+      });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   Tensor out = binary_raw("sub", BinOp::Sub, a, b, alpha);
-  autograd::record("sub", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{a.requires_grad ? grad_for(g[0], a) : Tensor(),
-                               b.requires_grad ? grad_for(mul(g[0], -alpha), b) : Tensor()};
-  });
+  autograd::record(
+      "sub", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{a.requires_grad ? grad_for(g[0], a) : Tensor(),
+                                   b.requires_grad ? grad_for(mul(g[0], -alpha), b) : Tensor()};
+      });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw("mul", BinOp::Mul, a, b, 1.0);
-  autograd::record("mul", {a, b}, {out}, [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
-                                          rb = b.requires_grad()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{ra ? grad_for(mul(g[0], b), a) : Tensor(),
-                               rb ? grad_for(mul(g[0], a), b) : Tensor()};
-  });
+  autograd::record("mul", {a, b}, {out},
+                   [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
+                    rb = b.requires_grad()](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{ra ? grad_for(mul(g[0], b), a) : Tensor(),
+                                                rb ? grad_for(mul(g[0], a), b) : Tensor()};
+                   });
   return out;
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw("div", BinOp::Div, a, b, 1.0);
-  autograd::record("div", {a, b}, {out}, [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
-                                          rb = b.requires_grad()](const std::vector<Tensor>& g) {
-    Tensor ga, gb;
-    if (ra) ga = grad_for(div(g[0], b), a);
-    if (rb) gb = grad_for(neg(div(mul(g[0], a), mul(b, b))), b);
-    return std::vector<Tensor>{ga, gb};
-  });
+  autograd::record("div", {a, b}, {out},
+                   [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
+                    rb = b.requires_grad()](const std::vector<Tensor>& g) {
+                     Tensor ga, gb;
+                     if (ra) ga = grad_for(div(g[0], b), a);
+                     if (rb) gb = grad_for(neg(div(mul(g[0], a), mul(b, b))), b);
+                     return std::vector<Tensor>{ga, gb};
+                   });
   return out;
 }
 
@@ -205,19 +232,21 @@ Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
 namespace {
 Tensor extremum(const char* name, BinOp kind, const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(name, kind, a, b, 1.0);
-  autograd::record(name, {a, b}, {out}, [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
-                                         rb = b.requires_grad(), kind](const std::vector<Tensor>& g) {
-    // Share of the gradient that goes to a: 1 where a wins, 0.5 on ties, 0 where b wins.
-    Tensor wa = binary_float("extremum_backward", a, b, [kind](auto x, auto y) {
-      using A = decltype(x);
-      if (x == y) return A(0.5);
-      return (kind == BinOp::Max ? x > y : x < y) ? A(1) : A(0);
-    });
-    Tensor ga, gb;
-    if (ra) ga = grad_for(mul(g[0], wa), a);
-    if (rb) gb = grad_for(mul(g[0], add(neg(wa), 1.0)), b);
-    return std::vector<Tensor>{ga, gb};
-  });
+  autograd::record(name, {a, b}, {out},
+                   [a = a.detach(), b = b.detach(), ra = a.requires_grad(), rb = b.requires_grad(),
+                    kind](const std::vector<Tensor>& g) {
+                     // Share of the gradient that goes to a: 1 where a wins, 0.5 on ties, 0 where b
+                     // wins.
+                     Tensor wa = binary_float("extremum_backward", a, b, [kind](auto x, auto y) {
+                       using A = decltype(x);
+                       if (x == y) return A(0.5);
+                       return (kind == BinOp::Max ? x > y : x < y) ? A(1) : A(0);
+                     });
+                     Tensor ga, gb;
+                     if (ra) ga = grad_for(mul(g[0], wa), a);
+                     if (rb) gb = grad_for(mul(g[0], add(neg(wa), 1.0)), b);
+                     return std::vector<Tensor>{ga, gb};
+                   });
   return out;
 }
 }  // namespace
@@ -281,7 +310,8 @@ Tensor abs(const Tensor& x) {
 Tensor square(const Tensor& x) { return mul(x, x); }
 
 Tensor pow(const Tensor& x, double e) {
-  Tensor out = unary_float("pow", x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); });
+  Tensor out =
+      unary_float("pow", x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); });
   autograd::record("pow", {x}, {out}, [x = x.detach(), e](const std::vector<Tensor>& g) {
     if (e == 0.0) return std::vector<Tensor>{zeros_like(x)};
     return std::vector<Tensor>{mul(g[0], mul(pow(x, e - 1.0), e))};
@@ -292,19 +322,20 @@ Tensor pow(const Tensor& x, double e) {
 Tensor pow(const Tensor& x, const Tensor& y) {
   detail::require_cpu("pow", {&x, &y});
   Tensor out = binary_float("pow", x, y, [](auto a, auto b) { return std::pow(a, b); });
-  autograd::record("pow", {x, y}, {out}, [x = x.detach(), y = y.detach(), o = out.detach(),
-                                          rx = x.requires_grad(), ry = y.requires_grad()](
-                                             const std::vector<Tensor>& g) {
-    Tensor gx, gy;
-    if (rx) gx = grad_for(mul(g[0], mul(y, pow(x, sub(y, 1.0)))), x);
-    if (ry) gy = grad_for(mul(g[0], mul(o, log(x))), y);
-    return std::vector<Tensor>{gx, gy};
-  });
+  autograd::record("pow", {x, y}, {out},
+                   [x = x.detach(), y = y.detach(), o = out.detach(), rx = x.requires_grad(),
+                    ry = y.requires_grad()](const std::vector<Tensor>& g) {
+                     Tensor gx, gy;
+                     if (rx) gx = grad_for(mul(g[0], mul(y, pow(x, sub(y, 1.0)))), x);
+                     if (ry) gy = grad_for(mul(g[0], mul(o, log(x))), y);
+                     return std::vector<Tensor>{gx, gy};
+                   });
   return out;
 }
 
 Tensor relu(const Tensor& x) {
-  Tensor out = unary_float("relu", x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
+  Tensor out =
+      unary_float("relu", x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
   autograd::record("relu", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{binary_float("relu_backward", g[0], o, [](auto gv, auto v) {
       return v > decltype(v)(0) ? gv : decltype(v)(0);
@@ -318,9 +349,10 @@ Tensor leaky_relu(const Tensor& x, double slope) {
     return v > decltype(v)(0) ? v : v * static_cast<decltype(v)>(slope);
   });
   autograd::record("leaky_relu", {x}, {out}, [x = x.detach(), slope](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("leaky_relu_backward", g[0], x, [slope](auto gv, auto v) {
-      return v > decltype(v)(0) ? gv : gv * static_cast<decltype(v)>(slope);
-    })};
+    return std::vector<Tensor>{
+        binary_float("leaky_relu_backward", g[0], x, [slope](auto gv, auto v) {
+          return v > decltype(v)(0) ? gv : gv * static_cast<decltype(v)>(slope);
+        })};
   });
   return out;
 }
@@ -333,18 +365,19 @@ Tensor gelu(const Tensor& x, bool approximate) {
     return A(0.5) * v * (A(1) + std::erf(v * A(kSqrt1_2)));
   });
   autograd::record("gelu", {x}, {out}, [x = x.detach(), approximate](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("gelu_backward", g[0], x, [approximate](auto gv, auto v) {
-      using A = decltype(v);
-      if (approximate) {
-        const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
-        const A t = std::tanh(inner);
-        const A dinner = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
-        return gv * (A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dinner);
-      }
-      const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
-      const A pdf = A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v);
-      return gv * (cdf + v * pdf);
-    })};
+    return std::vector<Tensor>{
+        binary_float("gelu_backward", g[0], x, [approximate](auto gv, auto v) {
+          using A = decltype(v);
+          if (approximate) {
+            const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
+            const A t = std::tanh(inner);
+            const A dinner = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
+            return gv * (A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dinner);
+          }
+          const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
+          const A pdf = A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v);
+          return gv * (cdf + v * pdf);
+        })};
   });
   return out;
 }
@@ -365,9 +398,8 @@ Tensor sigmoid(const Tensor& x) {
 Tensor tanh(const Tensor& x) {
   Tensor out = unary_float("tanh", x, [](auto v) { return std::tanh(v); });
   autograd::record("tanh", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("tanh_backward", g[0], o, [](auto gv, auto t) {
-      return gv * (decltype(t)(1) - t * t);
-    })};
+    return std::vector<Tensor>{binary_float(
+        "tanh_backward", g[0], o, [](auto gv, auto t) { return gv * (decltype(t)(1) - t * t); })};
   });
   return out;
 }
@@ -395,7 +427,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   DLTRAIN_CHECK(cond.dtype() == DType::b8 || cond.dtype() == DType::u8,
                 "where: condition must be a bool tensor but has dtype ", cond.dtype(),
                 "; build it with a comparison such as gt(x, 0)");
-  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   const DType dt = promote_types(a.dtype(), b.dtype());
   Tensor ac = a.dtype() == dt ? a.detach() : a.detach().to(dt);
   Tensor bc = b.dtype() == dt ? b.detach() : b.detach().to(dt);
@@ -404,11 +437,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   dispatch_all(dt, [&]<class T>() {
     ternary_map<T, bool, T, T>(out, c, ac, bc, [](bool k, T x, T y) { return k ? x : y; });
   });
-  autograd::record("where", {a, b}, {out}, [c, a = meta(a), b = meta(b)](const std::vector<Tensor>& g) {
-    Tensor z = zeros({}, g[0].options());
-    return std::vector<Tensor>{a.requires_grad ? grad_for(where(c, g[0], z), a) : Tensor(),
-                               b.requires_grad ? grad_for(where(c, z, g[0]), b) : Tensor()};
-  });
+  autograd::record(
+      "where", {a, b}, {out}, [c, a = meta(a), b = meta(b)](const std::vector<Tensor>& g) {
+        Tensor z = zeros({}, g[0].options());
+        return std::vector<Tensor>{a.requires_grad ? grad_for(where(c, g[0], z), a) : Tensor(),
+                                   b.requires_grad ? grad_for(where(c, z, g[0]), b) : Tensor()};
+      });
   return out;
 }
 
@@ -469,12 +503,14 @@ Tensor& inplace(const char* name, Tensor& self, const std::vector<Tensor>& other
   detail::require_cpu(name, {&self});
   for (const Tensor& o : others) {
     detail::require_cpu(name, {&self, &o});
-    DLTRAIN_CHECK(broadcast_shapes(self.shape(), o.shape(), name) == self.shape(), name, ": operand of shape ",
-                  shape_str(o.shape()), " does not broadcast to self's shape ", shape_str(self.shape()));
+    DLTRAIN_CHECK(broadcast_shapes(self.shape(), o.shape(), name) == self.shape(), name,
+                  ": operand of shape ", shape_str(o.shape()),
+                  " does not broadcast to self's shape ", shape_str(self.shape()));
   }
   dispatch_numeric(self.dtype(), name, [&]<class T>() {
     std::vector<Tensor> conv;
-    for (const Tensor& o : others) conv.push_back(o.dtype() == self.dtype() ? o.detach() : o.detach().to(self.dtype()));
+    for (const Tensor& o : others)
+      conv.push_back(o.dtype() == self.dtype() ? o.detach() : o.detach().to(self.dtype()));
     f.template operator()<T>(conv);
   });
   return self;
@@ -485,19 +521,23 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   return inplace("add_", self, {other}, [&]<class T>(const std::vector<Tensor>& o) {
     using A = acc_t<T>;
     const A al = static_cast<A>(alpha);
-    binary_map<T, T, T>(self, self, o[0], [al](T x, T y) { return cast<T>(cast<A>(x) + al * cast<A>(y)); });
+    binary_map<T, T, T>(self, self, o[0],
+                        [al](T x, T y) { return cast<T>(cast<A>(x) + al * cast<A>(y)); });
   });
 }
 
 Tensor& mul_(Tensor& self, const Tensor& other) {
   return inplace("mul_", self, {other}, [&]<class T>(const std::vector<Tensor>& o) {
     using A = acc_t<T>;
-    binary_map<T, T, T>(self, self, o[0], [](T x, T y) { return cast<T>(cast<A>(x) * cast<A>(y)); });
+    binary_map<T, T, T>(self, self, o[0],
+                        [](T x, T y) { return cast<T>(cast<A>(x) * cast<A>(y)); });
   });
 }
 
 Tensor& mul_(Tensor& self, double v) { return mul_(self, wrap_scalar(self, v).to(self.dtype())); }
-Tensor& add_(Tensor& self, double v) { return add_(self, wrap_scalar(self, v).to(self.dtype()), 1.0); }
+Tensor& add_(Tensor& self, double v) {
+  return add_(self, wrap_scalar(self, v).to(self.dtype()), 1.0);
+}
 
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
   return inplace("addcmul_", self, {t1, t2}, [&]<class T>(const std::vector<Tensor>& o) {

@@ -37,7 +37,8 @@ ReducePlan plan(const Tensor& x, const Shape& dims, bool keepdim, const char* op
   for (int64_t d : dims) {
     const int64_t w = wrap_dim(d, nd, op);
     if (nd == 0) continue;
-    DLTRAIN_CHECK(!p.reduced[w], op, ": dimension ", w, " appears more than once in ", shape_str(dims));
+    DLTRAIN_CHECK(!p.reduced[w], op, ": dimension ", w, " appears more than once in ",
+                  shape_str(dims));
     p.reduced[w] = true;
   }
   for (int64_t d = 0; d < nd; ++d) {
@@ -64,8 +65,10 @@ Tensor sum_kernel(const Tensor& x, const ReducePlan& p, DType out_dt) {
     if (!x.is_contiguous()) return false;
     bool seen_kept = false;
     for (bool r : p.reduced) {
-      if (!r) seen_kept = true;
-      else if (seen_kept) return false;
+      if (!r)
+        seen_kept = true;
+      else if (seen_kept)
+        return false;
     }
     return true;
   }();
@@ -89,14 +92,16 @@ Tensor sum_kernel(const Tensor& x, const ReducePlan& p, DType out_dt) {
       Tensor xc = x.permute(p.order).contiguous();
       const T* src = xc.data<T>();
       if (M >= get_num_threads() || R < 4096) {
-        parallel_for(0, M, std::max<int64_t>(1, 32768 / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
-          for (int64_t m = b; m < e; ++m) {
-            Acc acc = 0;
-            const T* row = src + m * R;
-            for (int64_t r = 0; r < R; ++r) acc += static_cast<Acc>(cast<acc_t<T>>(row[r]));
-            o[m] = cast<O>(acc);
-          }
-        });
+        parallel_for(0, M, std::max<int64_t>(1, 32768 / std::max<int64_t>(R, 1)),
+                     [&](int64_t b, int64_t e) {
+                       for (int64_t m = b; m < e; ++m) {
+                         Acc acc = 0;
+                         const T* row = src + m * R;
+                         for (int64_t r = 0; r < R; ++r)
+                           acc += static_cast<Acc>(cast<acc_t<T>>(row[r]));
+                         o[m] = cast<O>(acc);
+                       }
+                     });
       } else {  // few long rows: split each row across threads
         for (int64_t m = 0; m < M; ++m) {
           const int64_t nt = get_num_threads();
@@ -128,9 +133,10 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   detail::require_cpu("sum", {&x});
   const ReducePlan p = plan(x, dims, keepdim, "sum");
   Tensor out = sum_kernel(x.dtype() == DType::b8 ? x.to(DType::u8) : x, p, sum_dtype(x.dtype()));
-  autograd::record("sum", {x}, {out}, [keep = p.out_keep, in = x.shape()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0].reshape(keep).expand(in)};
-  });
+  autograd::record("sum", {x}, {out},
+                   [keep = p.out_keep, in = x.shape()](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{g[0].reshape(keep).expand(in)};
+                   });
   return out;
 }
 
@@ -159,10 +165,12 @@ Tensor stddev(const Tensor& x, const Shape& dims, int64_t correction, bool keepd
 
 namespace {
 
-std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
+std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim,
+                                      bool is_max) {
   detail::check_defined(op, x, "input");
   detail::require_cpu(op, {&x});
-  DLTRAIN_CHECK(x.numel() > 0, op, ": cannot reduce an empty tensor of shape ", shape_str(x.shape()));
+  DLTRAIN_CHECK(x.numel() > 0, op, ": cannot reduce an empty tensor of shape ",
+                shape_str(x.shape()));
   const int64_t d = wrap_dim(dim, x.dim(), op);
   const ReducePlan p = plan(x, x.dim() == 0 ? Shape{} : Shape{d}, keepdim, op);
   Tensor xc = x.permute(p.order).contiguous();
@@ -192,15 +200,17 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
     });
   });
   if (is_floating(x.dtype())) {
-    autograd::record(op, {x}, {values}, [ix = indices, keep = p.out_keep, in = x.shape(), d,
-                                         nd = x.dim()](const std::vector<Tensor>& g) {
-      if (nd == 0) return std::vector<Tensor>{g[0].reshape(in)};
-      Shape ar_shape(static_cast<size_t>(nd), 1);
-      ar_shape[d] = in[d];
-      Tensor pos = arange(static_cast<double>(in[d]), DType::i64).reshape(ar_shape);
-      Tensor mask = eq(pos, ix.reshape(keep));
-      return std::vector<Tensor>{where(mask, g[0].reshape(keep), zeros({}, g[0].options()))};
-    });
+    autograd::record(
+        op, {x}, {values},
+        [ix = indices, keep = p.out_keep, in = x.shape(), d,
+         nd = x.dim()](const std::vector<Tensor>& g) {
+          if (nd == 0) return std::vector<Tensor>{g[0].reshape(in)};
+          Shape ar_shape(static_cast<size_t>(nd), 1);
+          ar_shape[d] = in[d];
+          Tensor pos = arange(static_cast<double>(in[d]), DType::i64).reshape(ar_shape);
+          Tensor mask = eq(pos, ix.reshape(keep));
+          return std::vector<Tensor>{where(mask, g[0].reshape(keep), zeros({}, g[0].options()))};
+        });
   }
   return {values, indices};
 }
@@ -235,7 +245,8 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
-  DLTRAIN_CHECK(lead >= 0, "sum_to: cannot reduce shape ", shape_str(x.shape()), " to ", shape_str(shape));
+  DLTRAIN_CHECK(lead >= 0, "sum_to: cannot reduce shape ", shape_str(x.shape()), " to ",
+                shape_str(shape));
   Shape dims;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (d < lead) {
@@ -243,8 +254,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     } else if (shape[d - lead] == 1 && x.shape()[d] != 1) {
       dims.push_back(d);
     } else {
-      DLTRAIN_CHECK(shape[d - lead] == x.shape()[d], "sum_to: cannot reduce shape ", shape_str(x.shape()),
-                    " to ", shape_str(shape));
+      DLTRAIN_CHECK(shape[d - lead] == x.shape()[d], "sum_to: cannot reduce shape ",
+                    shape_str(x.shape()), " to ", shape_str(shape));
     }
   }
   Tensor r = dims.empty() ? x : sum(x, dims, true);

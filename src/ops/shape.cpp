@@ -76,8 +76,9 @@ std::optional<Shape> view_strides(const Shape& os, const Shape& ost, const Shape
 
 void record_reshape_back(const char* name, const Tensor& in, const Tensor& out) {
   const Shape s = in.shape();
-  autograd::record(name, {in}, {out},
-                   [s](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].reshape(s)}; });
+  autograd::record(name, {in}, {out}, [s](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0].reshape(s)};
+  });
 }
 
 }  // namespace
@@ -86,9 +87,10 @@ Tensor Tensor::view(const Shape& shape) const {
   checked();
   const Shape ns = infer_shape(shape, numel(), "view", this->shape());
   auto st = view_strides(this->shape(), strides(), ns);
-  DLTRAIN_CHECK(st.has_value(), "view: cannot view a tensor of shape ", shape_str(this->shape()),
-                " and strides ", shape_str(strides()), " as ", shape_str(ns),
-                " without copying; use reshape() (which copies when needed) or call contiguous() first");
+  DLTRAIN_CHECK(
+      st.has_value(), "view: cannot view a tensor of shape ", shape_str(this->shape()),
+      " and strides ", shape_str(strides()), " as ", shape_str(ns),
+      " without copying; use reshape() (which copies when needed) or call contiguous() first");
   Tensor out = make_view(*this, ns, *st, storage_offset());
   record_reshape_back("view", *this, out);
   return out;
@@ -173,8 +175,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   const int64_t n = shape()[d];
-  DLTRAIN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dimension ",
-                d, " of size ", n);
+  DLTRAIN_CHECK(index >= -n && index < n, "select: index ", index,
+                " is out of range for dimension ", d, " of size ", n);
   if (index < 0) index += n;
   return narrow(d, index, 1).squeeze(d);
 }
@@ -182,8 +184,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 Tensor Tensor::expand(const Shape& shape) const {
   checked();
   const int64_t n = static_cast<int64_t>(shape.size()), m = dim();
-  DLTRAIN_CHECK(n >= m, "expand: target ", shape_str(shape), " has fewer dimensions than the tensor's ",
-                shape_str(this->shape()));
+  DLTRAIN_CHECK(n >= m, "expand: target ", shape_str(shape),
+                " has fewer dimensions than the tensor's ", shape_str(this->shape()));
   Shape ns(n), nst(n);
   for (int64_t i = n - 1; i >= 0; --i) {
     const int64_t j = i - (n - m);
@@ -238,7 +240,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   if (dim() == 0) return reshape({1});
   start_dim = wrap_dim(start_dim, dim(), "flatten");
   end_dim = wrap_dim(end_dim, dim(), "flatten");
-  DLTRAIN_CHECK(start_dim <= end_dim, "flatten: start_dim ", start_dim, " is after end_dim ", end_dim);
+  DLTRAIN_CHECK(start_dim <= end_dim, "flatten: start_dim ", start_dim, " is after end_dim ",
+                end_dim);
   Shape ns(shape().begin(), shape().begin() + start_dim);
   int64_t p = 1;
   for (int64_t i = start_dim; i <= end_dim; ++i) p *= shape()[i];

@@ -20,9 +20,9 @@ TEST_CASE("gradients accumulate into leaves across uses and calls", "[autograd]"
 TEST_CASE("diamond graphs sum gradients before running a node", "[autograd]") {
   Tensor x = tensor({2.0}, DType::f64).requires_grad_();
   Tensor a = mul(x, 3.0);
-  Tensor b = exp(a);                 // uses a
-  Tensor c = mul(a, a);              // uses a twice
-  Tensor y = sum(add(b, c));         // dy/dx = 3 e^{3x} + 18 x
+  Tensor b = exp(a);          // uses a
+  Tensor c = mul(a, a);       // uses a twice
+  Tensor y = sum(add(b, c));  // dy/dx = 3 e^{3x} + 18 x
   y.backward();
   REQUIRE(x.grad().item() == Approx(3 * std::exp(6.0) + 36.0));
 }

@@ -6,13 +6,14 @@
 
 using namespace dltrain;
 
-TEST_CASE("devices print, compare, and CUDA requests fail clearly without a GPU", "[core][device]") {
+TEST_CASE("devices print, compare, and CUDA requests fail clearly without a GPU",
+          "[core][device]") {
   REQUIRE(Device::cuda(1).str() == "cuda:1");
   REQUIRE(Device::cpu() == Device());
   REQUIRE(zeros({2}).device().is_cpu());
   const int n = backend::cuda::device_count();
   REQUIRE(n >= 0);
   // Asking for a device beyond those visible always raises a clear error, GPU or not.
-  REQUIRE_THROWS_WITH(zeros({2}, Device::cuda(n)), Catch::Contains("cuda:" + std::to_string(n)) &&
-                                                      Catch::Contains("visible"));
+  REQUIRE_THROWS_WITH(zeros({2}, Device::cuda(n)),
+                      Catch::Contains("cuda:" + std::to_string(n)) && Catch::Contains("visible"));
 }

@@ -176,9 +176,10 @@ TEST_CASE("thread pool runs every index once and propagates errors", "[core][par
     for (int64_t i = b; i < e; ++i) hits[i]++;
   });
   for (int h : hits) REQUIRE(h == 1);
-  REQUIRE_THROWS_WITH(parallel_for(0, 10, 1, [](int64_t b, int64_t) {
-                        if (b > 0) throw Error("boom in chunk");
-                      }),
+  REQUIRE_THROWS_WITH(parallel_for(0, 10, 1,
+                                   [](int64_t b, int64_t) {
+                                     if (b > 0) throw Error("boom in chunk");
+                                   }),
                       Contains("boom"));
   REQUIRE_THROWS_AS(set_num_threads(0), Error);
 }

@@ -13,7 +13,8 @@ TEST_CASE("host to device round trip and fill kernel", "[cuda][gpu]") {
   Tensor d = x.to(Device::cuda(0));
   REQUIRE(d.device() == Device::cuda(0));
   REQUIRE(d.to(Device::cpu()).to_vector<float>() == x.to_vector<float>());
-  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+  for (DType dt :
+       {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
     Tensor g = empty({777}, TensorOptions(dt).with_device(Device::cuda(0)));
     g.fill_(3.0);
     REQUIRE(g.to(Device::cpu()).to_vector<double>() == full({777}, 3.0, dt).to_vector<double>());

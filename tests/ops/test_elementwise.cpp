@@ -1,12 +1,13 @@
-// Elementwise ops: values, broadcasting, dtype promotion, gradients (f64 finite differences), errors.
+// Elementwise ops: values, broadcasting, dtype promotion, gradients (f64 finite differences),
+// errors.
 #include <catch2/catch.hpp>
 
 #include "gradcheck.hpp"
 
 using namespace dltrain;
+using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
-using Catch::Contains;
 using V = std::vector<Tensor>;
 
 TEST_CASE("arithmetic values, broadcasting and promotion", "[ops][elementwise]") {
@@ -119,7 +120,8 @@ TEST_CASE("gradients through channels-last inputs", "[ops][elementwise][grad]") 
 }
 
 TEST_CASE("elementwise errors name the op and shapes", "[ops][elementwise][errors]") {
-  REQUIRE_THROWS_WITH(add(zeros({2, 3}), zeros({4})), Contains("add") && Contains("[2, 3]") && Contains("[4]"));
+  REQUIRE_THROWS_WITH(add(zeros({2, 3}), zeros({4})),
+                      Contains("add") && Contains("[2, 3]") && Contains("[4]"));
   REQUIRE_THROWS_WITH(max(zeros({2}, DType::b8)), Contains("max") && Contains("bool"));
   REQUIRE_THROWS_WITH(exp(Tensor()), Contains("undefined"));
 }

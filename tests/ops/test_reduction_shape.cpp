@@ -4,9 +4,9 @@
 #include "gradcheck.hpp"
 
 using namespace dltrain;
+using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
-using Catch::Contains;
 using V = std::vector<Tensor>;
 
 TEST_CASE("reduction values", "[ops][reduction]") {
@@ -94,7 +94,8 @@ TEST_CASE("shape op and view gradients", "[ops][shape][grad]") {
   gradcheck([](const V& v) { return v[0].select(2, -1); }, {x});
   gradcheck([](const V& v) { return v[0].unsqueeze(1).expand({2, 5, 3}); }, {a});
   gradcheck([](const V& v) { return v[0].unsqueeze(0).squeeze(0).flatten(); }, {x});
-  gradcheck([](const V& v) { return v[0].contiguous(MemoryFormat::ChannelsLast); }, {leaf({2, 3, 2, 2}, 5)});
+  gradcheck([](const V& v) { return v[0].contiguous(MemoryFormat::ChannelsLast); },
+            {leaf({2, 3, 2, 2}, 5)});
   gradcheck([](const V& v) { return v[0].to(DType::f32).to(DType::f64); }, {a}, 1e-3, 1e-4, 1e-3);
   gradcheck([](const V& v) { return v[0].clone(); }, {a});
 }

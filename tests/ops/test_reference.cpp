@@ -13,7 +13,8 @@ using Catch::Contains;
 namespace {
 
 const std::map<std::string, Tensor>& ref() {
-  static const auto r = dltrain::testing::read_reference(DLTRAIN_REFERENCE_DIR "/ops_reference.txt");
+  static const auto r =
+      dltrain::testing::read_reference(DLTRAIN_REFERENCE_DIR "/ops_reference.txt");
   return r;
 }
 Tensor R(const std::string& name) {
@@ -22,7 +23,7 @@ Tensor R(const std::string& name) {
   return it->second;
 }
 Tensor leaf(const std::string& name, DType dt, MemoryFormat fmt = MemoryFormat::Contiguous) {
-  Tensor t = R(name).to(dt);
+  Tensor t = R(name).detach().to(dt);  // never mark the cached reference itself
   if (fmt == MemoryFormat::ChannelsLast) t = t.contiguous(fmt);
   t.requires_grad_();
   return t;
@@ -46,9 +47,11 @@ const Case kCases[] = {{DType::f64, MemoryFormat::Contiguous, 1e-10},
 
 }  // namespace
 
-TEST_CASE("conv2d matches PyTorch (groups, dilation, stride, padding, bias)", "[ops][reference][conv]") {
+TEST_CASE("conv2d matches PyTorch (groups, dilation, stride, padding, bias)",
+          "[ops][reference][conv]") {
   for (const Case& c : kCases) {
-    Tensor x = leaf("conv2d.x", c.dt, c.fmt), w = leaf("conv2d.w", c.dt), b = leaf("conv2d.b", c.dt);
+    Tensor x = leaf("conv2d.x", c.dt, c.fmt), w = leaf("conv2d.w", c.dt),
+           b = leaf("conv2d.b", c.dt);
     Tensor y = conv2d(x, w, b, 2, 1, 2, 2);
     REQUIRE(y.suggest_memory_format() == x.suggest_memory_format());
     close(y, "conv2d.y", c.tol);
@@ -128,7 +131,8 @@ TEST_CASE("reference reader rejects missing, truncated and corrupt files", "[ref
     std::ofstream f(tmp);
     f << "a 2 2 2\n1 2 3\n";
   }
-  REQUIRE_THROWS_WITH(dltrain::testing::read_reference(tmp), Contains("truncated") && Contains("'a'"));
+  REQUIRE_THROWS_WITH(dltrain::testing::read_reference(tmp),
+                      Contains("truncated") && Contains("'a'"));
   {
     std::ofstream f(tmp);
     f << "a 1 2\n";
@@ -143,6 +147,7 @@ TEST_CASE("reference reader rejects missing, truncated and corrupt files", "[ref
     std::ofstream f(tmp);
     f << "a 1 2\n1 2\n";
   }
-  REQUIRE(dltrain::testing::read_reference(tmp).at("a").to_vector<double>() == std::vector<double>{1, 2});
+  REQUIRE(dltrain::testing::read_reference(tmp).at("a").to_vector<double>() ==
+          std::vector<double>{1, 2});
   std::remove(tmp.c_str());
 }

@@ -53,14 +53,38 @@ DType promote_types(DType a, DType b);
 /// C++ element type of each DType.
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::b8; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::b8;
+};
 template <class T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 
@@ -73,13 +97,18 @@ using acc_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BF
 template <class F>
 decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::f16: return f.template operator()<Half>();
-    case DType::bf16: return f.template operator()<BFloat16>();
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::f64:
+      return f.template operator()<double>();
+    case DType::f16:
+      return f.template operator()<Half>();
+    case DType::bf16:
+      return f.template operator()<BFloat16>();
     default:
-      DLTRAIN_FAIL(op, ": expected a floating-point tensor (float32, float64, float16, bfloat16) but got ",
-                   dtype_name(t), "; convert it first with .to(DType::f32)");
+      DLTRAIN_FAIL(
+          op, ": expected a floating-point tensor (float32, float64, float16, bfloat16) but got ",
+          dtype_name(t), "; convert it first with .to(DType::f32)");
   }
 }
 
@@ -87,12 +116,18 @@ decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
 template <class F>
 decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::i32: return f.template operator()<int32_t>();
-    case DType::i64: return f.template operator()<int64_t>();
-    case DType::u8: return f.template operator()<uint8_t>();
+    case DType::i32:
+      return f.template operator()<int32_t>();
+    case DType::i64:
+      return f.template operator()<int64_t>();
+    case DType::u8:
+      return f.template operator()<uint8_t>();
     case DType::b8:
-      DLTRAIN_FAIL(op, ": arithmetic is not defined on bool tensors; convert with .to(DType::f32) or use logical ops");
-    default: return dispatch_floating(t, op, std::forward<F>(f));
+      DLTRAIN_FAIL(op,
+                   ": arithmetic is not defined on bool tensors; convert with .to(DType::f32) or "
+                   "use logical ops");
+    default:
+      return dispatch_floating(t, op, std::forward<F>(f));
   }
 }
 
@@ -100,14 +135,22 @@ decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {
 template <class F>
 decltype(auto) dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::f16: return f.template operator()<Half>();
-    case DType::bf16: return f.template operator()<BFloat16>();
-    case DType::i32: return f.template operator()<int32_t>();
-    case DType::i64: return f.template operator()<int64_t>();
-    case DType::u8: return f.template operator()<uint8_t>();
-    case DType::b8: return f.template operator()<bool>();
+    case DType::f32:
+      return f.template operator()<float>();
+    case DType::f64:
+      return f.template operator()<double>();
+    case DType::f16:
+      return f.template operator()<Half>();
+    case DType::bf16:
+      return f.template operator()<BFloat16>();
+    case DType::i32:
+      return f.template operator()<int32_t>();
+    case DType::i64:
+      return f.template operator()<int64_t>();
+    case DType::u8:
+      return f.template operator()<uint8_t>();
+    case DType::b8:
+      return f.template operator()<bool>();
   }
   DLTRAIN_FAIL("dispatch_all: invalid dtype value ", static_cast<int>(t));
 }
@@ -116,8 +159,10 @@ decltype(auto) dispatch_all(DType t, F&& f) {
 template <class F>
 decltype(auto) dispatch_index(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::i32: return f.template operator()<int32_t>();
-    case DType::i64: return f.template operator()<int64_t>();
+    case DType::i32:
+      return f.template operator()<int32_t>();
+    case DType::i64:
+      return f.template operator()<int64_t>();
     default:
       DLTRAIN_FAIL(op, ": expected an index tensor of dtype int64 or int32 but got ", dtype_name(t),
                    "; convert it with .to(DType::i64)");

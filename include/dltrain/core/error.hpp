@@ -32,8 +32,8 @@ std::string cat(const Args&... args) {
 }  // namespace dltrain
 
 /// Throws dltrain::Error built from the streamable arguments when `cond` is false.
-#define DLTRAIN_CHECK(cond, ...)                                    \
-  do {                                                              \
+#define DLTRAIN_CHECK(cond, ...)                                              \
+  do {                                                                        \
     if (!(cond)) throw ::dltrain::Error(::dltrain::detail::cat(__VA_ARGS__)); \
   } while (0)
 

@@ -76,11 +76,20 @@ struct TensorOptions {
   Device device = Device::cpu();
   bool requires_grad = false;
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype(d) {}   // NOLINT: zeros({2}, DType::f64) reads naturally
-  TensorOptions(Device d) : device(d) {} // NOLINT
-  TensorOptions& with_dtype(DType d) { dtype = d; return *this; }
-  TensorOptions& with_device(Device d) { device = d; return *this; }
-  TensorOptions& with_requires_grad(bool r = true) { requires_grad = r; return *this; }
+  TensorOptions(DType d) : dtype(d) {}    // NOLINT: zeros({2}, DType::f64) reads naturally
+  TensorOptions(Device d) : device(d) {}  // NOLINT
+  TensorOptions& with_dtype(DType d) {
+    dtype = d;
+    return *this;
+  }
+  TensorOptions& with_device(Device d) {
+    device = d;
+    return *this;
+  }
+  TensorOptions& with_requires_grad(bool r = true) {
+    requires_grad = r;
+    return *this;
+  }
 };
 
 /// An n-dimensional array with autograd. See the file comment for invariants.
@@ -119,7 +128,8 @@ class Tensor {
   template <class T>
   T* data() const {
     DLTRAIN_CHECK(dtype_v<T> == dtype(), "Tensor::data<T>(): tensor has dtype ", dtype(),
-                  " but T is ", dtype_v<T>, "; use data<> with the matching type or convert with .to()");
+                  " but T is ", dtype_v<T>,
+                  "; use data<> with the matching type or convert with .to()");
     return static_cast<T*>(data_ptr());
   }
 

@@ -19,8 +19,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// A copy of x with src added at index along dim (torch.scatter_add semantics).
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
-/// Sums rows of src [E, ...] into num_segments rows by segment id [E]: out[s] = sum_{ids[e]=s} src[e].
-/// Ids need not be sorted (GNN aggregation of edge messages into nodes).
+/// Sums rows of src [E, ...] into num_segments rows by segment id [E]: out[s] = sum_{ids[e]=s}
+/// src[e]. Ids need not be sorted (GNN aggregation of edge messages into nodes).
 Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_segments);
 /// Like segment_sum divided by each segment's count (empty segments give 0).
 Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_segments);

@@ -28,7 +28,8 @@ struct CrossEntropyOptions {
 /// Cross-entropy of logits [N, C] (or [N, C, d...]) against int64 class indices [N] (or
 /// [N, d...]), with PyTorch's semantics for ignore_index, label smoothing, class weights
 /// and the mean reduction (divides by the summed weight of non-ignored targets).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts = {});
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& opts = {});
 
 struct NLLLossOptions {
   Reduction reduction = Reduction::Mean;

@@ -10,8 +10,9 @@ namespace dltrain {
 /// updates them in place: running = (1 - momentum) * running + momentum * batch stat
 /// (unbiased variance), as PyTorch. Eval: normalises with the running statistics.
 /// weight/bias [C] may be undefined (no affine). Keeps the input's memory format.
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum = 0.1, double eps = 1e-5);
 
 /// Layer normalisation over the trailing `normalized_shape` dims; weight/bias of that shape
 /// or undefined.

@@ -23,8 +23,8 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape);
 
 template <size_t N>
 struct StridedLoop {
-  Shape shape;                      // coalesced
-  std::array<Shape, N> strides;     // per operand, elements, coalesced
+  Shape shape;                   // coalesced
+  std::array<Shape, N> strides;  // per operand, elements, coalesced
 };
 
 /// Merges adjacent dims whose strides chain for every operand and drops size-1 dims.
@@ -34,8 +34,7 @@ StridedLoop<N> coalesce(const Shape& shape, const std::array<Shape, N>& strides)
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     bool merge = !r.shape.empty();
-    for (size_t k = 0; merge && k < N; ++k)
-      merge = r.strides[k].back() == strides[k][d] * shape[d];
+    for (size_t k = 0; merge && k < N; ++k) merge = r.strides[k].back() == strides[k][d] * shape[d];
     if (merge) {
       r.shape.back() *= shape[d];
       for (size_t k = 0; k < N; ++k) r.strides[k].back() = strides[k][d];
@@ -54,15 +53,17 @@ StridedLoop<N> coalesce(const Shape& shape, const std::array<Shape, N>& strides)
 /// Calls fn(ptrs, inner_strides, n) over runs of the innermost dimension, in parallel.
 /// `base` are element pointers typed per operand via `elsize` (bytes).
 template <size_t N, class F>
-void for_each_strided(const Shape& shape, std::array<char*, N> base, const std::array<Shape, N>& strides,
-                      const std::array<size_t, N>& elsize, F&& fn, int64_t grain = 16384) {
+void for_each_strided(const Shape& shape, std::array<char*, N> base,
+                      const std::array<Shape, N>& strides, const std::array<size_t, N>& elsize,
+                      F&& fn, int64_t grain = 16384) {
   const int64_t total = shape_numel(shape);
   if (total == 0) return;
   const StridedLoop<N> L = coalesce<N>(shape, strides);
   const int64_t nd = static_cast<int64_t>(L.shape.size());
   const int64_t inner = L.shape[nd - 1];
   std::array<int64_t, N> inner_bytes;
-  for (size_t k = 0; k < N; ++k) inner_bytes[k] = L.strides[k][nd - 1] * static_cast<int64_t>(elsize[k]);
+  for (size_t k = 0; k < N; ++k)
+    inner_bytes[k] = L.strides[k][nd - 1] * static_cast<int64_t>(elsize[k]);
   parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> idx(nd, 0);
     int64_t rem = begin;
@@ -94,18 +95,19 @@ void for_each_strided(const Shape& shape, std::array<char*, N> base, const std::
 template <class Out, class In, class Op>
 void unary_map(const Tensor& out, const Tensor& in, Op op) {
   std::array<char*, 2> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(in.data_ptr())};
-  for_each_strided<2>(out.shape(), base, {out.strides(), broadcast_strides(in, out.shape())},
-                      {sizeof(Out), sizeof(In)},
-                      [&](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
-                        Out* o = reinterpret_cast<Out*>(p[0]);
-                        const In* a = reinterpret_cast<const In*>(p[1]);
-                        if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
-                          for (int64_t i = 0; i < n; ++i) o[i] = op(a[i]);
-                        } else {
-                          const int64_t so = s[0] / sizeof(Out), sa = s[1] / sizeof(In);
-                          for (int64_t i = 0; i < n; ++i) o[i * so] = op(a[i * sa]);
-                        }
-                      });
+  for_each_strided<2>(
+      out.shape(), base, {out.strides(), broadcast_strides(in, out.shape())},
+      {sizeof(Out), sizeof(In)},
+      [&](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
+        Out* o = reinterpret_cast<Out*>(p[0]);
+        const In* a = reinterpret_cast<const In*>(p[1]);
+        if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+          for (int64_t i = 0; i < n; ++i) o[i] = op(a[i]);
+        } else {
+          const int64_t so = s[0] / sizeof(Out), sa = s[1] / sizeof(In);
+          for (int64_t i = 0; i < n; ++i) o[i * so] = op(a[i * sa]);
+        }
+      });
 }
 
 /// out[i] = op(a[i], b[i]) with a, b broadcast to out's shape.
@@ -138,19 +140,20 @@ template <class Out, class A, class B, class C, class Op>
 void ternary_map(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, Op op) {
   std::array<char*, 4> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
                             static_cast<char*>(b.data_ptr()), static_cast<char*>(c.data_ptr())};
-  for_each_strided<4>(out.shape(), base,
-                      {out.strides(), broadcast_strides(a, out.shape()),
-                       broadcast_strides(b, out.shape()), broadcast_strides(c, out.shape())},
-                      {sizeof(Out), sizeof(A), sizeof(B), sizeof(C)},
-                      [&](const std::array<char*, 4>& p, const std::array<int64_t, 4>& s, int64_t n) {
-                        const int64_t so = s[0] / sizeof(Out), sa = s[1] / sizeof(A),
-                                      sb = s[2] / sizeof(B), sc = s[3] / sizeof(C);
-                        Out* o = reinterpret_cast<Out*>(p[0]);
-                        const A* x = reinterpret_cast<const A*>(p[1]);
-                        const B* y = reinterpret_cast<const B*>(p[2]);
-                        const C* z = reinterpret_cast<const C*>(p[3]);
-                        for (int64_t i = 0; i < n; ++i) o[i * so] = op(x[i * sa], y[i * sb], z[i * sc]);
-                      });
+  for_each_strided<4>(
+      out.shape(), base,
+      {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape()),
+       broadcast_strides(c, out.shape())},
+      {sizeof(Out), sizeof(A), sizeof(B), sizeof(C)},
+      [&](const std::array<char*, 4>& p, const std::array<int64_t, 4>& s, int64_t n) {
+        const int64_t so = s[0] / sizeof(Out), sa = s[1] / sizeof(A), sb = s[2] / sizeof(B),
+                      sc = s[3] / sizeof(C);
+        Out* o = reinterpret_cast<Out*>(p[0]);
+        const A* x = reinterpret_cast<const A*>(p[1]);
+        const B* y = reinterpret_cast<const B*>(p[2]);
+        const C* z = reinterpret_cast<const C*>(p[3]);
+        for (int64_t i = 0; i < n; ++i) o[i * so] = op(x[i * sa], y[i * sb], z[i * sc]);
+      });
 }
 
 }  // namespace dltrain::backend::cpu

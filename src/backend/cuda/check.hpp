@@ -6,10 +6,10 @@
 
 #include "dltrain/core/error.hpp"
 
-#define DLTRAIN_CUDA_CHECK(call)                                                              \
-  do {                                                                                        \
-    const cudaError_t dltrain_err_ = (call);                                                  \
-    if (dltrain_err_ != cudaSuccess)                                                          \
-      DLTRAIN_FAIL(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                       \
+#define DLTRAIN_CUDA_CHECK(call)                                                                 \
+  do {                                                                                           \
+    const cudaError_t dltrain_err_ = (call);                                                     \
+    if (dltrain_err_ != cudaSuccess)                                                             \
+      DLTRAIN_FAIL(#call, " failed at ", __FILE__, ":", __LINE__, ": ",                          \
                    cudaGetErrorName(dltrain_err_), " (", cudaGetErrorString(dltrain_err_), ")"); \
   } while (0)

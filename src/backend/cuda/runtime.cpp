@@ -41,8 +41,8 @@ void prepare_pool(int dev) {
 }  // namespace
 
 void* allocate(size_t nbytes, Device device) {
-  DLTRAIN_CHECK(device.index >= 0 && device.index < device_count(), "allocating on ", device, ": only ",
-                device_count(), " CUDA device(s) are visible");
+  DLTRAIN_CHECK(device.index >= 0 && device.index < device_count(), "allocating on ", device,
+                ": only ", device_count(), " CUDA device(s) are visible");
   DLTRAIN_CUDA_CHECK(cudaSetDevice(device.index));
   prepare_pool(device.index);
   void* p = nullptr;
