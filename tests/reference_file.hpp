@@ -49,7 +49,7 @@ inline std::map<std::string, Tensor> read_reference(const std::string& path) {
     DLTRAIN_CHECK(static_cast<int64_t>(v.size()) == shape_numel(shape), path, ":", lineno,
                   ": truncated or corrupt record '", name, "': expected ", shape_numel(shape),
                   " values for shape ", shape_str(shape), " but found ", v.size());
-    r[name] = from_vector(v, shape);
+    r[name] = nd == 0 ? from_vector(v).reshape({}) : from_vector(v, shape);
   }
   DLTRAIN_CHECK(!r.empty(), "reference file '", path, "' holds no tensors");
   return r;

@@ -55,10 +55,8 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
     Tensor acc(leaf_->grad);
     add_(acc, g);
   } else {
-    // Own the gradient: it may alias a saved or user tensor.
-    Tensor own = g.clone(MemoryFormat::Contiguous);
-    if (Tensor(leaf_).suggest_memory_format() == MemoryFormat::ChannelsLast)
-      own = own.contiguous(MemoryFormat::ChannelsLast);
+    // Own the gradient (it may alias a saved or user tensor), in the leaf's layout.
+    Tensor own = g.clone(Tensor(leaf_).suggest_memory_format());
     leaf_->grad = own.impl();
   }
   Tensor final_grad(leaf_->grad);

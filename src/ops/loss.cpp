@@ -1,8 +1,9 @@
 // Softmax, log_softmax, dropout and the losses.
 //
 // softmax/log_softmax view the (contiguous) input as [outer, L, inner] with
-// L the softmax dim and run one kernel over blocks of up to 64 inner columns,
-// subtracting the per-line max before exp (stable) and computing in acc_t.
+// L the softmax dim and run one kernel over contiguous rows (inner == 1) or
+// blocks of up to 64 inner columns, subtracting the per-line max before exp
+// (stable) and computing in acc_t.
 // cross_entropy is one fused kernel (log-softmax + weighted NLL + label
 // smoothing + reduction) over logits [N, C, S] and targets [N, S]; it saves
 // the per-sample log-sum-exp and its backward is (softmax - target
@@ -66,6 +67,54 @@ void for_line_blocks(const Lines& s, F f) {
   });
 }
 
+constexpr int64_t kLanes = 8;
+
+// Max of a contiguous row in acc type (independent lanes so the loop is not latency-bound).
+template <class T>
+acc_t<T> row_max(const T* p, int64_t n) {
+  using A = acc_t<T>;
+  A m[kLanes];
+  for (auto& v : m) v = -std::numeric_limits<A>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t u = 0; u < kLanes; ++u) m[u] = std::max(m[u], cast<A>(p[i + u]));
+  for (; i < n; ++i) m[0] = std::max(m[0], cast<A>(p[i]));
+  A r = m[0];
+  for (int64_t u = 1; u < kLanes; ++u) r = std::max(r, m[u]);
+  return r;
+}
+
+// Sum of exp(p[i] - mx) over a contiguous row; stores the exps in `out` when given.
+template <class T, class S>
+S row_sum_exp(const T* p, int64_t n, acc_t<T> mx, T* out) {
+  using A = acc_t<T>;
+  S acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t u = 0; u < kLanes; ++u) {
+      const A e = std::exp(cast<A>(p[i + u]) - mx);
+      if (out) out[i + u] = cast<T>(e);
+      acc[u] += static_cast<S>(e);
+    }
+  for (; i < n; ++i) {
+    const A e = std::exp(cast<A>(p[i]) - mx);
+    if (out) out[i] = cast<T>(e);
+    acc[0] += static_cast<S>(e);
+  }
+  S r = 0;
+  for (int64_t u = 0; u < kLanes; ++u) r += acc[u];
+  return r;
+}
+
+// Calls f(row) for every row of a [rows, L] contiguous view, in parallel.
+template <class F>
+void for_rows(int64_t rows, int64_t L, F f) {
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(L, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) f(r);
+               });
+}
+
 Tensor softmax_forward(const Tensor& xc, const Lines& s, bool log, const char* op) {
   Tensor y = empty(xc.shape(), xc.options());
   dispatch_floating(xc.dtype(), op, [&]<class T>() {
@@ -73,6 +122,26 @@ Tensor softmax_forward(const Tensor& xc, const Lines& s, bool log, const char* o
     const T* xp = xc.data<T>();
     T* yp = y.data<T>();
     const int64_t in = s.inner;
+    if (in == 1) {
+      for_rows(s.outer, s.L, [&](int64_t r) {
+        const T* xr = xp + r * s.L;
+        T* yr = yp + r * s.L;
+        const A mx = row_max(xr, s.L);
+        const bool store = std::is_same_v<T, A> && !log;
+        const A sm = row_sum_exp<T, A>(xr, s.L, mx, store ? yr : nullptr);
+        if (log) {
+          const A lse = mx + std::log(sm);
+          for (int64_t l = 0; l < s.L; ++l) yr[l] = cast<T>(cast<A>(xr[l]) - lse);
+        } else if (store) {
+          const A inv = A(1) / sm;
+          for (int64_t l = 0; l < s.L; ++l) yr[l] = cast<T>(cast<A>(yr[l]) * inv);
+        } else {
+          const A inv = A(1) / sm;
+          for (int64_t l = 0; l < s.L; ++l) yr[l] = cast<T>(std::exp(cast<A>(xr[l]) - mx) * inv);
+        }
+      });
+      return;
+    }
     for_line_blocks(s, [&](int64_t base, int64_t nc) {
       A mx[kColBlock], sm[kColBlock];
       for (int64_t j = 0; j < nc; ++j) {
@@ -119,6 +188,27 @@ Tensor softmax_backward(const Tensor& gc, const Tensor& y, const Lines& s, bool 
     const T* yp = y.data<T>();
     T* dp = dx.data<T>();
     const int64_t in = s.inner;
+    if (in == 1) {
+      for_rows(s.outer, s.L, [&](int64_t r) {
+        const T* gr = gp + r * s.L;
+        const T* yr = yp + r * s.L;
+        T* dr = dp + r * s.L;
+        A acc[kLanes] = {};
+        int64_t l = 0;
+        for (; l + kLanes <= s.L; l += kLanes)
+          for (int64_t u = 0; u < kLanes; ++u)
+            acc[u] += log ? cast<A>(gr[l + u]) : cast<A>(gr[l + u]) * cast<A>(yr[l + u]);
+        for (; l < s.L; ++l) acc[0] += log ? cast<A>(gr[l]) : cast<A>(gr[l]) * cast<A>(yr[l]);
+        A t = A(0);
+        for (int64_t u = 0; u < kLanes; ++u) t += acc[u];
+        if (log) {
+          for (l = 0; l < s.L; ++l) dr[l] = cast<T>(cast<A>(gr[l]) - std::exp(cast<A>(yr[l])) * t);
+        } else {
+          for (l = 0; l < s.L; ++l) dr[l] = cast<T>(cast<A>(yr[l]) * (cast<A>(gr[l]) - t));
+        }
+      });
+      return;
+    }
     for_line_blocks(s, [&](int64_t base, int64_t nc) {
       A acc[kColBlock];
       for (int64_t j = 0; j < nc; ++j) acc[j] = A(0);
@@ -144,8 +234,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   detail::require_cpu(op, {&x});
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
                 "; convert it with .to(DType::f32)");
-  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), op);
-  const Lines s = x.dim() == 0 ? Lines{} : lines_of(x.shape(), d);
+  const Lines s = lines_of(x.shape(), wrap_dim(dim, x.dim(), op));
   Tensor xc = x.detach().contiguous();
   Tensor y = softmax_forward(xc, s, log, op);
   autograd::record(op, {x}, {y}, [yd = y.detach(), s, log](const std::vector<Tensor>& g) {
@@ -321,6 +410,24 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   dispatch_floating(xc.dtype(), op, [&]<class T>() {
     using A = acc_t<T>;
     const T* xp = xc.data<T>();
+    if (S == 1) {
+      for_rows(ct.N, C, [&](int64_t i) {
+        const T* xr = xp + i * C;
+        const A mx = row_max(xr, C);
+        const double l = double(mx) + std::log(row_sum_exp<T, double>(xr, C, mx, nullptr));
+        (*lse)[i] = l;
+        const int64_t t = ct.t[i];
+        if (t == ignore) return;
+        double loss = (1.0 - eps) * w[t] * (l - double(cast<A>(xr[t])));
+        if (eps > 0) {
+          double wx = 0;
+          for (int64_t c = 0; c < C; ++c) wx += w[c] * double(cast<A>(xr[c]));
+          loss += eps / static_cast<double>(C) * (W * l - wx);
+        }
+        losses[i] = loss;
+      });
+      return;
+    }
     for_line_blocks(s, [&](int64_t base, int64_t nc) {
       const int64_t nn = base / (C * S), j0 = base % (C * S);
       A mx[kColBlock];

@@ -46,15 +46,27 @@ std::vector<double> channel_reduce(const BnLayout& L, F f) {
   if (!L.interleaved) {
     parallel_for(0, C, 1, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {
-        std::array<double, K> acc{};
+        // kLanes independent accumulators break the add dependency chain (and vectorise).
+        constexpr int64_t kLanes = 8;
+        double acc[K][kLanes] = {};
         for (int64_t n = 0; n < L.N; ++n) {
           const int64_t base = (n * C + c) * L.S;
-          for (int64_t s = 0; s < L.S; ++s) {
+          int64_t s = 0;
+          for (; s + kLanes <= L.S; s += kLanes)
+            for (int64_t u = 0; u < kLanes; ++u) {
+              const std::array<double, K> v = f(base + s + u, c);
+              for (size_t k = 0; k < K; ++k) acc[k][u] += v[k];
+            }
+          for (; s < L.S; ++s) {
             const std::array<double, K> v = f(base + s, c);
-            for (size_t k = 0; k < K; ++k) acc[k] += v[k];
+            for (size_t k = 0; k < K; ++k) acc[k][0] += v[k];
           }
         }
-        for (size_t k = 0; k < K; ++k) out[k * C + c] = acc[k];
+        for (size_t k = 0; k < K; ++k) {
+          double t = 0;
+          for (int64_t u = 0; u < kLanes; ++u) t += acc[k][u];
+          out[k * C + c] = t;
+        }
       }
     });
     return out;
@@ -207,8 +219,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
   autograd::record(
       op, {x, weight, bias}, {y},
-      [xc, L, fmt, mean, invstd, training, wt = weight.detach(), rx = x.requires_grad(),
-       rw = weight.defined() && weight.requires_grad(),
+      [xc, L, fmt, mean, invstd, training, wt = weight.defined() ? weight.detach() : Tensor(),
+       rx = x.requires_grad(), rw = weight.defined() && weight.requires_grad(),
        rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {
         const int64_t C = L.C;
         const double M = static_cast<double>(L.per_channel());
@@ -317,7 +329,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
   autograd::record(
       op, {x, weight, bias}, {y},
-      [xc, D, R, grain, mean, rstd, ns = normalized_shape, wt = weight.detach(),
+      [xc, D, R, grain, mean, rstd, ns = normalized_shape,
+       wt = weight.defined() ? weight.detach() : Tensor(),
        bdt = bias.defined() ? bias.dtype() : x.dtype(), rx = x.requires_grad(),
        rw = weight.defined() && weight.requires_grad(),
        rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {

@@ -45,8 +45,8 @@ weight = torch.randn(3, requires_grad=True)
 bias = torch.randn(3, requires_grad=True)
 rm = torch.randn(3)
 rv = torch.rand(3) + 0.5
-put("batch_norm.running_mean_in", rm)
-put("batch_norm.running_var_in", rv)
+put("batch_norm.running_mean_in", rm.clone())  # F.batch_norm updates rm/rv in place
+put("batch_norm.running_var_in", rv.clone())
 y = F.batch_norm(x, rm, rv, weight, bias, training=True, momentum=0.1, eps=1e-5)
 gy = torch.randn_like(y)
 y.backward(gy)
