@@ -12,6 +12,7 @@
 // The backward kernels are not themselves recorded (no double backward).
 #include "dltrain/ops/conv.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -65,26 +66,40 @@ void over_images(int64_t N, F&& fn) {
   }
 }
 
+// Images multiplied side by side in one GEMM, so that small feature maps still give the
+// GEMM at least ~1024 columns.
+int64_t images_per_gemm(int64_t L, int64_t images) {
+  return std::clamp<int64_t>((1024 + L - 1) / L, 1, std::max<int64_t>(images, 1));
+}
+
 template <class T>
 void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvShape& s) {
   const ConvGeom g = s.geom();
   const int64_t Cg = s.cin_g(), Og = s.cout_g(), K = s.K(), L = s.L(), HW = s.H * s.W;
-  const bool pw = s.pointwise();
   over_images(s.N, [&](int64_t n0, int64_t n1) {
-    auto col = buffer<T>(pw ? 0 : K * L);
-    for (int64_t n = n0; n < n1; ++n) {
+    const int64_t G = images_per_gemm(L, n1 - n0);
+    const bool direct = s.pointwise() && G == 1;  // x itself is the GEMM operand
+    auto col = buffer<T>(direct ? 0 : K * G * L);
+    auto ybuf = buffer<T>(G > 1 ? Og * G * L : 0);
+    for (int64_t n = n0; n < n1; n += G) {
+      const int64_t gn = std::min(G, n1 - n), cols = gn * L;
       for (int64_t gr = 0; gr < s.groups; ++gr) {
-        const T* xg = x + (n * s.Cin + gr * Cg) * HW;
-        const T* B = xg;
-        if (!pw) {
-          backend::cpu::im2col(xg, g, col.get());
+        const T* B = x + (n * s.Cin + gr * Cg) * HW;
+        if (!direct) {
+          for (int64_t j = 0; j < gn; ++j)
+            backend::cpu::im2col(x + ((n + j) * s.Cin + gr * Cg) * HW, g, col.get() + j * L, cols);
           B = col.get();
         }
-        T* yg = y + (n * s.Cout + gr * Og) * L;
+        T* C = gn == 1 ? y + (n * s.Cout + gr * Og) * L : ybuf.get();
         if (bias)
-          for (int64_t o = 0; o < Og; ++o) std::fill(yg + o * L, yg + (o + 1) * L, bias[gr * Og + o]);
-        backend::cpu::gemm<T>({w + gr * Og * K, Og, K, K, 1}, {B, K, L, L, 1}, {yg, Og, L, L, 1},
+          for (int64_t o = 0; o < Og; ++o) std::fill(C + o * cols, C + (o + 1) * cols, bias[gr * Og + o]);
+        backend::cpu::gemm<T>({w + gr * Og * K, Og, K, K, 1}, {B, K, cols, cols, 1}, {C, Og, cols, cols, 1},
                               bias ? T(1) : T(0));
+        if (gn > 1)
+          for (int64_t j = 0; j < gn; ++j)
+            for (int64_t o = 0; o < Og; ++o)
+              std::copy(C + o * cols + j * L, C + o * cols + (j + 1) * L,
+                        y + ((n + j) * s.Cout + gr * Og + o) * L);
       }
     }
   });
@@ -96,13 +111,15 @@ void conv_backward(const T* x, const T* w, const T* gy, T* gx, T* gw, T* gb, con
   const ConvGeom g = s.geom();
   const int64_t Cg = s.cin_g(), Og = s.cout_g(), K = s.K(), L = s.L(), HW = s.H * s.W;
   const int64_t wnum = s.Cout * K;
-  const bool pw = s.pointwise();
   const bool split = split_images(s.N);
   std::mutex mu;
   if (gx || gw) {
     over_images(s.N, [&](int64_t n0, int64_t n1) {
-      auto col = buffer<T>(pw || !gw ? 0 : K * L);
-      auto gcol = buffer<T>(pw || !gx ? 0 : K * L);
+      const int64_t G = images_per_gemm(L, n1 - n0);
+      const bool direct = s.pointwise() && G == 1;
+      auto col = buffer<T>(direct || !gw ? 0 : K * G * L);
+      auto gcol = buffer<T>(direct || !gx ? 0 : K * G * L);
+      auto gybuf = buffer<T>(G > 1 ? Og * G * L : 0);
       std::unique_ptr<T[]> local;
       T* gwa = gw;
       if (gw && split) {
@@ -110,27 +127,38 @@ void conv_backward(const T* x, const T* w, const T* gy, T* gx, T* gw, T* gb, con
         std::fill(local.get(), local.get() + wnum, T(0));
         gwa = local.get();
       }
-      for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t n = n0; n < n1; n += G) {
+        const int64_t gn = std::min(G, n1 - n), cols = gn * L;
         for (int64_t gr = 0; gr < s.groups; ++gr) {
-          const Mat<const T> gyg{gy + (n * s.Cout + gr * Og) * L, Og, L, L, 1};
+          const T* gyp = gy + (n * s.Cout + gr * Og) * L;
+          if (gn > 1) {
+            for (int64_t j = 0; j < gn; ++j)
+              for (int64_t o = 0; o < Og; ++o) {
+                const T* src = gy + ((n + j) * s.Cout + gr * Og + o) * L;
+                std::copy(src, src + L, gybuf.get() + o * cols + j * L);
+              }
+            gyp = gybuf.get();
+          }
+          const Mat<const T> gyg{gyp, Og, cols, cols, 1};
           const Mat<const T> wg{w + gr * Og * K, Og, K, K, 1};
-          const T* xg = x + (n * s.Cin + gr * Cg) * HW;
           if (gw) {
-            const T* B = xg;
-            if (!pw) {
-              backend::cpu::im2col(xg, g, col.get());
+            const T* B = x + (n * s.Cin + gr * Cg) * HW;
+            if (!direct) {
+              for (int64_t j = 0; j < gn; ++j)
+                backend::cpu::im2col(x + ((n + j) * s.Cin + gr * Cg) * HW, g, col.get() + j * L, cols);
               B = col.get();
             }
-            backend::cpu::gemm<T>(gyg, Mat<const T>{B, K, L, L, 1}.t(), {gwa + gr * Og * K, Og, K, K, 1},
-                                  T(1));
+            backend::cpu::gemm<T>(gyg, Mat<const T>{B, K, cols, cols, 1}.t(),
+                                  {gwa + gr * Og * K, Og, K, K, 1}, T(1));
           }
           if (gx) {
             T* gxg = gx + (n * s.Cin + gr * Cg) * HW;
-            if (pw) {
+            if (direct) {
               backend::cpu::gemm<T>(wg.t(), gyg, {gxg, Cg, L, L, 1}, T(0));
             } else {
-              backend::cpu::gemm<T>(wg.t(), gyg, {gcol.get(), K, L, L, 1}, T(0));
-              backend::cpu::col2im(gcol.get(), g, gxg);
+              backend::cpu::gemm<T>(wg.t(), gyg, {gcol.get(), K, cols, cols, 1}, T(0));
+              for (int64_t j = 0; j < gn; ++j)
+                backend::cpu::col2im(gcol.get() + j * L, g, gx + ((n + j) * s.Cin + gr * Cg) * HW, cols);
             }
           }
         }

@@ -101,13 +101,12 @@ void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, T beta) {
 }
 
 template <class T>
-void im2col(const T* x, const ConvGeom& g, T* col) {
-  const int64_t L = g.Ho * g.Wo;
+void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
   for (int64_t c = 0; c < g.C; ++c) {
     const T* plane = x + c * g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        T* dst = col + ((c * g.kh + i) * g.kw + j) * L;
+        T* dst = col + ((c * g.kh + i) * g.kw + j) * ld;
         const int64_t iw0 = j * g.dw - g.pw;
         // ow range where iw = ow*sw + iw0 lies in [0, W)
         const int64_t lo = iw0 >= 0 ? 0 : std::min(g.Wo, (-iw0 + g.sw - 1) / g.sw);
@@ -133,13 +132,12 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
 }
 
 template <class T>
-void col2im(const T* col, const ConvGeom& g, T* x) {
-  const int64_t L = g.Ho * g.Wo;
+void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld) {
   for (int64_t c = 0; c < g.C; ++c) {
     T* plane = x + c * g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
-        const T* src = col + ((c * g.kh + i) * g.kw + j) * L;
+        const T* src = col + ((c * g.kh + i) * g.kw + j) * ld;
         const int64_t iw0 = j * g.dw - g.pw;
         const int64_t lo = iw0 >= 0 ? 0 : std::min(g.Wo, (-iw0 + g.sw - 1) / g.sw);
         const int64_t hi = std::max(lo, std::min(g.Wo, (g.W - iw0 + g.sw - 1) / g.sw));
@@ -163,8 +161,8 @@ void col2im(const T* col, const ConvGeom& g, T* x) {
 #define DLTRAIN_GEMM_INSTANTIATE(T)                                       \
   template void gemm_serial<T>(Mat<const T>, Mat<const T>, Mat<T>, T);   \
   template void gemm<T>(Mat<const T>, Mat<const T>, Mat<T>, T);          \
-  template void im2col<T>(const T*, const ConvGeom&, T*);                \
-  template void col2im<T>(const T*, const ConvGeom&, T*);
+  template void im2col<T>(const T*, const ConvGeom&, T*, int64_t);       \
+  template void col2im<T>(const T*, const ConvGeom&, T*, int64_t);
 DLTRAIN_GEMM_INSTANTIATE(float)
 DLTRAIN_GEMM_INSTANTIATE(double)
 #undef DLTRAIN_GEMM_INSTANTIATE

@@ -63,12 +63,13 @@ struct ConvGeom {
 };
 
 /// col[(c*kh + i)*kw + j, oh*Wo + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside);
-/// x is a contiguous [C, H, W] image, col a row-major [C*kh*kw, Ho*Wo] buffer.
+/// x is a contiguous [C, H, W] image, col a row-major [C*kh*kw, Ho*Wo] block whose rows are
+/// `ld` >= Ho*Wo elements apart (several images can sit side by side in one buffer).
 template <class T>
-void im2col(const T* x, const ConvGeom& g, T* col);
+void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld);
 
 /// The adjoint of im2col: accumulates col back into x (x must be initialised, usually to 0).
 template <class T>
-void col2im(const T* col, const ConvGeom& g, T* x);
+void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld);
 
 }  // namespace dltrain::backend::cpu
