@@ -98,16 +98,22 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage_error("missing value after " + a);
       return argv[++i];
     };
-    if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--iters") iters = std::stoi(next());
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--gemm") gemm_n = std::stoll(next());
-    else if (a == "--json") json = next();
+    if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--iters")
+      iters = std::stoi(next());
+    else if (a == "--batch")
+      batch = std::stoll(next());
+    else if (a == "--gemm")
+      gemm_n = std::stoll(next());
+    else if (a == "--json")
+      json = next();
     else if (a == "--shapes") {
       const std::string s = next();
       if (s != "quick" && s != "full") usage_error("--shapes takes quick or full");
       quick = s == "quick";
-    } else usage_error("unknown argument " + a);
+    } else
+      usage_error("unknown argument " + a);
   }
   if (threads < 1 || iters < 1) usage_error("--threads and --iters must be >= 1");
   set_num_threads(threads);
@@ -144,7 +150,8 @@ int main(int argc, char** argv) {
     rows.push_back({c.name, shape, f, b, f + b, flops / ((f + b) * 1e6)});
   }
   {
-    Tensor a = randn({gemm_n, gemm_n}, DType::f32, &gen), b = randn({gemm_n, gemm_n}, DType::f32, &gen);
+    Tensor a = randn({gemm_n, gemm_n}, DType::f32, &gen),
+           b = randn({gemm_n, gemm_n}, DType::f32, &gen);
     std::vector<double> t;
     for (int it = 0; it <= iters; ++it) {
       const double t0 = now_ms();
@@ -160,7 +167,8 @@ int main(int argc, char** argv) {
 
   std::printf("dltrain ops_cpu: %d threads, %d iters (median), batch %ld\n", threads, iters,
               static_cast<long>(batch));
-  std::printf("%-22s %-26s %9s %9s %9s %9s\n", "layer", "shape", "fwd ms", "bwd ms", "ms", "GFLOP/s");
+  std::printf("%-22s %-26s %9s %9s %9s %9s\n", "layer", "shape", "fwd ms", "bwd ms", "ms",
+              "GFLOP/s");
   double total = 0;
   for (const Row& r : rows) {
     std::printf("%-22s %-26s %9.2f %9.2f %9.2f %9.1f\n", r.name.c_str(), r.shape.c_str(), r.fwd_ms,

@@ -35,9 +35,7 @@ struct ConvShape {
   int64_t cout_g() const { return Cout / groups; }
   int64_t K() const { return cin_g() * kh * kw; }
   int64_t L() const { return Ho * Wo; }
-  bool pointwise() const {
-    return kh == 1 && kw == 1 && stride == Int2(1) && pad == Int2(0);
-  }
+  bool pointwise() const { return kh == 1 && kw == 1 && stride == Int2(1) && pad == Int2(0); }
   ConvGeom geom() const {
     return {cin_g(), H, W, kh, kw, stride.h, stride.w, pad.h, pad.w, dil.h, dil.w, Ho, Wo};
   }
@@ -72,6 +70,16 @@ int64_t images_per_gemm(int64_t L, int64_t images) {
   return std::clamp<int64_t>((1024 + L - 1) / L, 1, std::max<int64_t>(images, 1));
 }
 
+// Output rows per im2col chunk: the chunk's column buffer stays within ~512 KiB (L2) so the
+// GEMM packs it from cache instead of from memory. Grouped images and direct 1x1 convs use
+// whole images (one chunk).
+template <class T>
+int64_t rows_per_chunk(const ConvShape& s, bool whole) {
+  if (whole) return s.Ho;
+  const int64_t bytes_per_row = s.K() * s.Wo * static_cast<int64_t>(sizeof(T));
+  return std::clamp<int64_t>((512 * 1024) / std::max<int64_t>(bytes_per_row, 1), 1, s.Ho);
+}
+
 template <class T>
 void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvShape& s) {
   const ConvGeom g = s.geom();
@@ -79,27 +87,34 @@ void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvShape& 
   over_images(s.N, [&](int64_t n0, int64_t n1) {
     const int64_t G = images_per_gemm(L, n1 - n0);
     const bool direct = s.pointwise() && G == 1;  // x itself is the GEMM operand
-    auto col = buffer<T>(direct ? 0 : K * G * L);
+    const int64_t R = rows_per_chunk<T>(s, G > 1 || direct);
+    auto col = buffer<T>(direct ? 0 : K * G * R * s.Wo);
     auto ybuf = buffer<T>(G > 1 ? Og * G * L : 0);
     for (int64_t n = n0; n < n1; n += G) {
-      const int64_t gn = std::min(G, n1 - n), cols = gn * L;
+      const int64_t gn = std::min(G, n1 - n);
       for (int64_t gr = 0; gr < s.groups; ++gr) {
-        const T* B = x + (n * s.Cin + gr * Cg) * HW;
-        if (!direct) {
-          for (int64_t j = 0; j < gn; ++j)
-            backend::cpu::im2col(x + ((n + j) * s.Cin + gr * Cg) * HW, g, col.get() + j * L, cols);
-          B = col.get();
-        }
-        T* C = gn == 1 ? y + (n * s.Cout + gr * Og) * L : ybuf.get();
-        if (bias)
-          for (int64_t o = 0; o < Og; ++o) std::fill(C + o * cols, C + (o + 1) * cols, bias[gr * Og + o]);
-        backend::cpu::gemm<T>({w + gr * Og * K, Og, K, K, 1}, {B, K, cols, cols, 1}, {C, Og, cols, cols, 1},
-                              bias ? T(1) : T(0));
-        if (gn > 1)
-          for (int64_t j = 0; j < gn; ++j)
+        for (int64_t oh0 = 0; oh0 < s.Ho; oh0 += R) {
+          const int64_t oh1 = std::min(s.Ho, oh0 + R), li = (oh1 - oh0) * s.Wo, cols = gn * li;
+          const T* B = x + (n * s.Cin + gr * Cg) * HW;
+          if (!direct) {
+            for (int64_t j = 0; j < gn; ++j)
+              backend::cpu::im2col(x + ((n + j) * s.Cin + gr * Cg) * HW, g, col.get() + j * li,
+                                   cols, oh0, oh1);
+            B = col.get();
+          }
+          T* C = gn == 1 ? y + (n * s.Cout + gr * Og) * L + oh0 * s.Wo : ybuf.get();
+          const int64_t ldc = gn == 1 ? L : cols;
+          if (bias)
             for (int64_t o = 0; o < Og; ++o)
-              std::copy(C + o * cols + j * L, C + o * cols + (j + 1) * L,
-                        y + ((n + j) * s.Cout + gr * Og + o) * L);
+              std::fill(C + o * ldc, C + o * ldc + cols, bias[gr * Og + o]);
+          backend::cpu::gemm<T>({w + gr * Og * K, Og, K, K, 1}, {B, K, cols, cols, 1},
+                                {C, Og, cols, ldc, 1}, bias ? T(1) : T(0));
+          if (gn > 1)  // whole images: li == L
+            for (int64_t j = 0; j < gn; ++j)
+              for (int64_t o = 0; o < Og; ++o)
+                std::copy(C + o * cols + j * L, C + o * cols + (j + 1) * L,
+                          y + ((n + j) * s.Cout + gr * Og + o) * L);
+        }
       }
     }
   });
@@ -117,8 +132,9 @@ void conv_backward(const T* x, const T* w, const T* gy, T* gx, T* gw, T* gb, con
     over_images(s.N, [&](int64_t n0, int64_t n1) {
       const int64_t G = images_per_gemm(L, n1 - n0);
       const bool direct = s.pointwise() && G == 1;
-      auto col = buffer<T>(direct || !gw ? 0 : K * G * L);
-      auto gcol = buffer<T>(direct || !gx ? 0 : K * G * L);
+      const int64_t R = rows_per_chunk<T>(s, G > 1 || direct);
+      auto col = buffer<T>(direct || !gw ? 0 : K * G * R * s.Wo);
+      auto gcol = buffer<T>(direct || !gx ? 0 : K * G * R * s.Wo);
       auto gybuf = buffer<T>(G > 1 ? Og * G * L : 0);
       std::unique_ptr<T[]> local;
       T* gwa = gw;
@@ -128,37 +144,41 @@ void conv_backward(const T* x, const T* w, const T* gy, T* gx, T* gw, T* gb, con
         gwa = local.get();
       }
       for (int64_t n = n0; n < n1; n += G) {
-        const int64_t gn = std::min(G, n1 - n), cols = gn * L;
+        const int64_t gn = std::min(G, n1 - n);
         for (int64_t gr = 0; gr < s.groups; ++gr) {
-          const T* gyp = gy + (n * s.Cout + gr * Og) * L;
-          if (gn > 1) {
+          if (gn > 1)  // gather the group's gradients side by side
             for (int64_t j = 0; j < gn; ++j)
               for (int64_t o = 0; o < Og; ++o) {
                 const T* src = gy + ((n + j) * s.Cout + gr * Og + o) * L;
-                std::copy(src, src + L, gybuf.get() + o * cols + j * L);
+                std::copy(src, src + L, gybuf.get() + o * gn * L + j * L);
               }
-            gyp = gybuf.get();
-          }
-          const Mat<const T> gyg{gyp, Og, cols, cols, 1};
           const Mat<const T> wg{w + gr * Og * K, Og, K, K, 1};
-          if (gw) {
-            const T* B = x + (n * s.Cin + gr * Cg) * HW;
-            if (!direct) {
-              for (int64_t j = 0; j < gn; ++j)
-                backend::cpu::im2col(x + ((n + j) * s.Cin + gr * Cg) * HW, g, col.get() + j * L, cols);
-              B = col.get();
+          for (int64_t oh0 = 0; oh0 < s.Ho; oh0 += R) {
+            const int64_t oh1 = std::min(s.Ho, oh0 + R), li = (oh1 - oh0) * s.Wo, cols = gn * li;
+            const Mat<const T> gyg =
+                gn == 1 ? Mat<const T>{gy + (n * s.Cout + gr * Og) * L + oh0 * s.Wo, Og, cols, L, 1}
+                        : Mat<const T>{gybuf.get(), Og, cols, cols, 1};
+            if (gw) {
+              const T* B = x + (n * s.Cin + gr * Cg) * HW;
+              if (!direct) {
+                for (int64_t j = 0; j < gn; ++j)
+                  backend::cpu::im2col(x + ((n + j) * s.Cin + gr * Cg) * HW, g, col.get() + j * li,
+                                       cols, oh0, oh1);
+                B = col.get();
+              }
+              backend::cpu::gemm<T>(gyg, Mat<const T>{B, K, cols, cols, 1}.t(),
+                                    {gwa + gr * Og * K, Og, K, K, 1}, T(1));
             }
-            backend::cpu::gemm<T>(gyg, Mat<const T>{B, K, cols, cols, 1}.t(),
-                                  {gwa + gr * Og * K, Og, K, K, 1}, T(1));
-          }
-          if (gx) {
-            T* gxg = gx + (n * s.Cin + gr * Cg) * HW;
-            if (direct) {
-              backend::cpu::gemm<T>(wg.t(), gyg, {gxg, Cg, L, L, 1}, T(0));
-            } else {
-              backend::cpu::gemm<T>(wg.t(), gyg, {gcol.get(), K, cols, cols, 1}, T(0));
-              for (int64_t j = 0; j < gn; ++j)
-                backend::cpu::col2im(gcol.get() + j * L, g, gx + ((n + j) * s.Cin + gr * Cg) * HW, cols);
+            if (gx) {
+              if (direct) {
+                backend::cpu::gemm<T>(wg.t(), gyg, {gx + (n * s.Cin + gr * Cg) * HW, Cg, L, L, 1},
+                                      T(0));
+              } else {
+                backend::cpu::gemm<T>(wg.t(), gyg, {gcol.get(), K, cols, cols, 1}, T(0));
+                for (int64_t j = 0; j < gn; ++j)
+                  backend::cpu::col2im(gcol.get() + j * li, g,
+                                       gx + ((n + j) * s.Cin + gr * Cg) * HW, cols, oh0, oh1);
+              }
             }
           }
         }
@@ -221,8 +241,8 @@ ConvGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0, c
   if (need_b) r.gb = empty({s.Cout}, TensorOptions(ct));
   dispatch_floating(ct, "conv2d_backward", [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      conv_backward<T>(ptr<T>(xc), ptr<T>(wc), ptr<T>(gy), mptr<T>(r.gx), mptr<T>(r.gw), mptr<T>(r.gb),
-                       s);
+      conv_backward<T>(ptr<T>(xc), ptr<T>(wc), ptr<T>(gy), mptr<T>(r.gx), mptr<T>(r.gw),
+                       mptr<T>(r.gb), s);
   });
   if (ct != dt) {
     if (r.gx.defined()) r.gx = r.gx.to(dt);
@@ -246,9 +266,9 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
                          bool ceil_mode) {
-  DLTRAIN_CHECK(stride > 0 && kernel > 0 && dilation > 0 && pad >= 0,
-                "conv_output_size: kernel (", kernel, "), stride (", stride, ") and dilation (",
-                dilation, ") must be positive and padding (", pad, ") non-negative");
+  DLTRAIN_CHECK(stride > 0 && kernel > 0 && dilation > 0 && pad >= 0, "conv_output_size: kernel (",
+                kernel, "), stride (", stride, ") and dilation (", dilation,
+                ") must be positive and padding (", pad, ") non-negative");
   const int64_t num = in + 2 * pad - dilation * (kernel - 1) - 1;
   int64_t out = floor_div(num + (ceil_mode ? stride - 1 : 0), stride) + 1;
   // With ceil_mode the last window must start inside the input or its left padding.
@@ -263,7 +283,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
   detail::require_cpu("conv2d", {&x, &weight, &bias});
   DLTRAIN_CHECK(x.dim() == 4, "conv2d: expected a 4-d input [N, C, H, W] but got shape ",
                 shape_str(x.shape()), "; add a batch dim with unsqueeze(0)");
-  DLTRAIN_CHECK(weight.dim() == 4, "conv2d: expected a 4-d weight [C_out, C_in/groups, kH, kW] but got ",
+  DLTRAIN_CHECK(weight.dim() == 4,
+                "conv2d: expected a 4-d weight [C_out, C_in/groups, kH, kW] but got ",
                 shape_str(weight.shape()));
   DLTRAIN_CHECK(is_floating(x.dtype()) && x.dtype() == weight.dtype() &&
                     (!bias.defined() || bias.dtype() == x.dtype()),
@@ -271,8 +292,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
                 ", ", weight.dtype(), bias.defined() ? ", " : "",
                 bias.defined() ? dtype_name(bias.dtype()) : "", "; convert them with .to(dtype)");
   DLTRAIN_CHECK(groups >= 1, "conv2d: groups must be >= 1 but got ", groups);
-  DLTRAIN_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 && padding.h >= 0 &&
-                    padding.w >= 0,
+  DLTRAIN_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 &&
+                    padding.h >= 0 && padding.w >= 0,
                 "conv2d: stride (", stride.h, ", ", stride.w, ") and dilation (", dilation.h, ", ",
                 dilation.w, ") must be positive and padding (", padding.h, ", ", padding.w,
                 ") non-negative");
@@ -283,15 +304,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
                 shape_str(weight.shape()), " with groups=", groups, " expects ",
                 weight.size(1) * groups, " (C_in/groups = weight.size(1)) and C_out = ", Cout,
                 " divisible by groups; fix the weight's shape or the groups argument");
-  DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == Cout), "conv2d: bias must be [",
-                Cout, "] (one per output channel of weight ", shape_str(weight.shape()), ") but got ",
+  DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == Cout),
+                "conv2d: bias must be [", Cout, "] (one per output channel of weight ",
+                shape_str(weight.shape()), ") but got ",
                 bias.defined() ? shape_str(bias.shape()) : std::string());
-  DLTRAIN_CHECK(kh > 0 && kw > 0, "conv2d: weight ", shape_str(weight.shape()), " has an empty kernel");
+  DLTRAIN_CHECK(kh > 0 && kw > 0, "conv2d: weight ", shape_str(weight.shape()),
+                " has an empty kernel");
   const int64_t Ho = conv_output_size(H, kh, stride.h, padding.h, dilation.h);
   const int64_t Wo = conv_output_size(W, kw, stride.w, padding.w, dilation.w);
-  DLTRAIN_CHECK(Ho > 0 && Wo > 0, "conv2d: input ", shape_str(x.shape()), " padded by (", padding.h, ", ",
-                padding.w, ") is smaller than the dilated kernel of weight ", shape_str(weight.shape()),
-                " (dilation ", dilation.h, ", ", dilation.w, "); pad more or use a smaller kernel");
+  DLTRAIN_CHECK(Ho > 0 && Wo > 0, "conv2d: input ", shape_str(x.shape()), " padded by (", padding.h,
+                ", ", padding.w, ") is smaller than the dilated kernel of weight ",
+                shape_str(weight.shape()), " (dilation ", dilation.h, ", ", dilation.w,
+                "); pad more or use a smaller kernel");
   const ConvShape s{N, Cin, H, W, Cout, kh, kw, Ho, Wo, groups, stride, padding, dilation};
 
   const DType dt = x.dtype(), ct = is_half(dt) ? DType::f32 : dt;

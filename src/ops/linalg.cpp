@@ -29,8 +29,8 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   detail::check_defined(op, b, "other");
   detail::require_cpu(op, {&a, &b});
   DLTRAIN_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), op,
-                ": expected two floating-point tensors of the same dtype but got ", a.dtype(), " and ",
-                b.dtype(), "; convert them with .to(dtype)");
+                ": expected two floating-point tensors of the same dtype but got ", a.dtype(),
+                " and ", b.dtype(), "; convert them with .to(dtype)");
 }
 
 // The innermost two dims of `t` at element offset `off` as a Mat.
@@ -116,12 +116,13 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands("matmul", a, b);
-  DLTRAIN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dimension but got ",
-                shape_str(a.shape()), " and ", shape_str(b.shape()), "; use mul for scalars");
+  DLTRAIN_CHECK(a.dim() >= 1 && b.dim() >= 1,
+                "matmul: both operands need at least 1 dimension but got ", shape_str(a.shape()),
+                " and ", shape_str(b.shape()), "; use mul for scalars");
   const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
-  DLTRAIN_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.shape()), " by ", shape_str(b.shape()),
-                ": the contracted dimensions ", ka, " (last of self) and ", kb,
-                " (second to last of other) differ");
+  DLTRAIN_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.shape()), " by ",
+                shape_str(b.shape()), ": the contracted dimensions ", ka, " (last of self) and ",
+                kb, " (second to last of other) differ");
   if (a.dim() == 1 && b.dim() == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
   if (a.dim() <= 2 && b.dim() <= 2) {
     Tensor out = mm(a.dim() == 1 ? a.unsqueeze(0) : a, b.dim() == 1 ? b.unsqueeze(1) : b);
@@ -137,7 +138,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
   Tensor a1 = a.dim() == 1 ? a.unsqueeze(0) : a;
   const int64_t n = a1.size(-2), m = b.size(-1);
-  const Shape ba(a1.shape().begin(), a1.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape ba(a1.shape().begin(), a1.shape().end() - 2),
+      bb(b.shape().begin(), b.shape().end() - 2);
   const Shape batch = broadcast_shapes(ba, bb, "matmul");
   const int64_t B = shape_numel(batch);
   Shape ea = batch, eb = batch;
@@ -154,11 +156,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined("linear", x, "input");
   detail::check_defined("linear", weight, "weight");
   detail::require_cpu("linear", {&x, &weight, &bias});
-  DLTRAIN_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out_features, in_features] but got ",
+  DLTRAIN_CHECK(weight.dim() == 2,
+                "linear: weight must be 2-d [out_features, in_features] but got ",
                 shape_str(weight.shape()));
-  DLTRAIN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ", shape_str(x.shape()),
-                " has ", x.dim() >= 1 ? x.size(-1) : 0, " features in its last dim but weight ",
-                shape_str(weight.shape()), " expects ", weight.size(1));
+  DLTRAIN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input ",
+                shape_str(x.shape()), " has ", x.dim() >= 1 ? x.size(-1) : 0,
+                " features in its last dim but weight ", shape_str(weight.shape()), " expects ",
+                weight.size(1));
   DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
                 "linear: bias must be 1-d of size ", weight.size(0), " (out_features) but got ",
                 bias.defined() ? shape_str(bias.shape()) : std::string());

@@ -34,7 +34,8 @@ DType compute_type(DType t) { return is_half(t) ? DType::f32 : t; }
 void check_input(const char* op, const Tensor& x) {
   detail::check_defined(op, x, "input");
   detail::require_cpu(op, {&x});
-  DLTRAIN_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W] (or 3-d [C, H, W]) but got shape ",
+  DLTRAIN_CHECK(x.dim() == 4, op,
+                ": expected a 4-d input [N, C, H, W] (or 3-d [C, H, W]) but got shape ",
                 shape_str(x.shape()));
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
                 "; convert it with .to(DType::f32)");
@@ -44,17 +45,18 @@ PoolShape window_shape(const char* op, const Tensor& x, Int2 k, std::optional<In
                        Int2 d, bool ceil_mode) {
   check_input(op, x);
   const Int2 s = stride.value_or(k);
-  DLTRAIN_CHECK(k.h > 0 && k.w > 0 && s.h > 0 && s.w > 0 && d.h > 0 && d.w > 0, op, ": kernel (", k.h,
-                ", ", k.w, "), stride (", s.h, ", ", s.w, ") and dilation (", d.h, ", ", d.w,
+  DLTRAIN_CHECK(k.h > 0 && k.w > 0 && s.h > 0 && s.w > 0 && d.h > 0 && d.w > 0, op, ": kernel (",
+                k.h, ", ", k.w, "), stride (", s.h, ", ", s.w, ") and dilation (", d.h, ", ", d.w,
                 ") must be positive");
-  DLTRAIN_CHECK(p.h >= 0 && p.w >= 0 && p.h <= k.h / 2 && p.w <= k.w / 2, op, ": padding (", p.h, ", ",
-                p.w, ") must be non-negative and at most half the kernel (", k.h, ", ", k.w, ")");
+  DLTRAIN_CHECK(p.h >= 0 && p.w >= 0 && p.h <= k.h / 2 && p.w <= k.w / 2, op, ": padding (", p.h,
+                ", ", p.w, ") must be non-negative and at most half the kernel (", k.h, ", ", k.w,
+                ")");
   PoolShape r{x.size(0), x.size(1), x.size(2), x.size(3), 0, 0, k, s, p, d};
   r.Ho = conv_output_size(r.H, k.h, s.h, p.h, d.h, ceil_mode);
   r.Wo = conv_output_size(r.W, k.w, s.w, p.w, d.w, ceil_mode);
   DLTRAIN_CHECK(r.Ho > 0 && r.Wo > 0, op, ": input ", shape_str(x.shape()), " with padding (", p.h,
-                ", ", p.w, ") is smaller than the kernel (", k.h, ", ", k.w, ") with dilation (", d.h,
-                ", ", d.w, "); the output would be empty");
+                ", ", p.w, ") is smaller than the kernel (", k.h, ", ", k.w, ") with dilation (",
+                d.h, ", ", d.w, "); the output would be empty");
   return r;
 }
 
@@ -220,18 +222,22 @@ Tensor avg_like_backward(Kind kind, const Tensor& gy0, const PoolShape& s, bool 
   dispatch_compute(ct, "avg_pool2d_backward", [&]<class T>() {
     const T* g = static_cast<const T*>(gy.data_ptr());
     T* o = static_cast<T*>(gx.data_ptr());
-    if (kind == Kind::Avg) avg_backward<T>(g, o, s, cip);
-    else adaptive_kernel<T, true>(g, o, s);
+    if (kind == Kind::Avg)
+      avg_backward<T>(g, o, s, cip);
+    else
+      adaptive_kernel<T, true>(g, o, s);
   });
   return finish(gx, dt, fmt);
 }
 
 }  // namespace
 
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, std::optional<Int2> stride,
-                                                  Int2 padding, Int2 dilation, bool ceil_mode) {
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
+                                                  std::optional<Int2> stride, Int2 padding,
+                                                  Int2 dilation, bool ceil_mode) {
   if (x.defined() && x.dim() == 3) {
-    auto [y, i] = max_pool2d_with_indices(x.unsqueeze(0), kernel, stride, padding, dilation, ceil_mode);
+    auto [y, i] =
+        max_pool2d_with_indices(x.unsqueeze(0), kernel, stride, padding, dilation, ceil_mode);
     return {y.squeeze(0), i.squeeze(0)};
   }
   const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
@@ -246,28 +252,31 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel, 
   });
   y = finish(y, dt, fmt);
   Tensor idx_out = finish(idx, DType::i64, fmt);
-  autograd::record("max_pool2d", {x}, {y, idx_out}, [idx, s, dt, fmt](const std::vector<Tensor>& g) {
-    const DType ct = compute_type(dt);
-    Tensor gy = prepared(g[0], ct);
-    Tensor gx = zeros({s.N, s.C, s.H, s.W}, TensorOptions(ct));
-    dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
-      max_backward<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const int64_t*>(idx.data_ptr()),
-                      static_cast<T*>(gx.data_ptr()), s);
-    });
-    return std::vector<Tensor>{finish(gx, dt, fmt)};
-  });
+  autograd::record("max_pool2d", {x}, {y, idx_out},
+                   [idx, s, dt, fmt](const std::vector<Tensor>& g) {
+                     const DType ct = compute_type(dt);
+                     Tensor gy = prepared(g[0], ct);
+                     Tensor gx = zeros({s.N, s.C, s.H, s.W}, TensorOptions(ct));
+                     dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
+                       max_backward<T>(static_cast<const T*>(gy.data_ptr()),
+                                       static_cast<const int64_t*>(idx.data_ptr()),
+                                       static_cast<T*>(gx.data_ptr()), s);
+                     });
+                     return std::vector<Tensor>{finish(gx, dt, fmt)};
+                   });
   return {y, idx_out};
 }
 
-Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, Int2 dilation,
-                  bool ceil_mode) {
+Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                  Int2 dilation, bool ceil_mode) {
   return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
 }
 
-Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding, bool ceil_mode,
-                  bool count_include_pad) {
+Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                  bool ceil_mode, bool count_include_pad) {
   if (x.defined() && x.dim() == 3)
-    return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad).squeeze(0);
+    return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad)
+        .squeeze(0);
   const PoolShape s = window_shape("avg_pool2d", x, kernel, stride, padding, 1, ceil_mode);
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
@@ -278,27 +287,31 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
                    count_include_pad);
   });
   y = finish(y, dt, fmt);
-  autograd::record("avg_pool2d", {x}, {y}, [s, dt, fmt, count_include_pad](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{avg_like_backward(Kind::Avg, g[0], s, count_include_pad, dt, fmt)};
-  });
+  autograd::record("avg_pool2d", {x}, {y},
+                   [s, dt, fmt, count_include_pad](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{
+                         avg_like_backward(Kind::Avg, g[0], s, count_include_pad, dt, fmt)};
+                   });
   return y;
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
-  if (x.defined() && x.dim() == 3) return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
+  if (x.defined() && x.dim() == 3)
+    return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
   check_input("adaptive_avg_pool2d", x);
   DLTRAIN_CHECK(output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: output_size (",
                 output_size.h, ", ", output_size.w, ") must be positive");
   DLTRAIN_CHECK(x.size(2) > 0 && x.size(3) > 0, "adaptive_avg_pool2d: input ", shape_str(x.shape()),
                 " has an empty spatial dim");
-  const PoolShape s{x.size(0), x.size(1), x.size(2), x.size(3), output_size.h, output_size.w,
-                    1, 1, 0, 1};
+  const PoolShape s{x.size(0),     x.size(1), x.size(2), x.size(3), output_size.h,
+                    output_size.w, 1,         1,         0,         1};
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xc = prepared(x, ct);
   Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, TensorOptions(ct));
   dispatch_compute(ct, "adaptive_avg_pool2d", [&]<class T>() {
-    adaptive_kernel<T, false>(static_cast<const T*>(xc.data_ptr()), static_cast<T*>(y.data_ptr()), s);
+    adaptive_kernel<T, false>(static_cast<const T*>(xc.data_ptr()), static_cast<T*>(y.data_ptr()),
+                              s);
   });
   y = finish(y, dt, fmt);
   autograd::record("adaptive_avg_pool2d", {x}, {y}, [s, dt, fmt](const std::vector<Tensor>& g) {

@@ -10,9 +10,9 @@
 #include "gradcheck.hpp"
 
 using namespace dltrain;
+using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
-using Catch::Contains;
 using V = std::vector<Tensor>;
 
 namespace {
@@ -65,14 +65,14 @@ void require_close(const Tensor& t, const std::vector<double>& ref, double tol) 
 }
 
 const std::vector<Cfg> kConfigs = {
-    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, true},         // 3x3 pad 1
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, true},             // 3x3 pad 1
     {3, 4, 9, 8, 6, 3, 2, {2, 1}, {1, 0}, 1, 2, false},  // groups 2, non-square
-    {4, 4, 9, 9, 4, 3, 3, 2, 2, 2, 2, true},         // stride 2, dilation 2, groups 2
-    {1, 5, 6, 6, 7, 1, 1, 1, 0, 1, 1, true},         // 1x1 stride 1 (no im2col)
-    {4, 6, 8, 8, 3, 1, 1, 2, 0, 1, 1, false},        // 1x1 stride 2
-    {8, 2, 5, 5, 4, 5, 5, 1, 2, 1, 1, true},         // 5x5 pad 2
-    {1, 3, 12, 12, 8, 7, 7, 2, 3, 1, 1, false},      // stem-like 7x7/2, batch 1
-    {2, 6, 5, 5, 6, 3, 3, 1, 1, 1, 6, true},         // depthwise
+    {4, 4, 9, 9, 4, 3, 3, 2, 2, 2, 2, true},             // stride 2, dilation 2, groups 2
+    {1, 5, 6, 6, 7, 1, 1, 1, 0, 1, 1, true},             // 1x1 stride 1 (no im2col)
+    {4, 6, 8, 8, 3, 1, 1, 2, 0, 1, 1, false},            // 1x1 stride 2
+    {8, 2, 5, 5, 4, 5, 5, 1, 2, 1, 1, true},             // 5x5 pad 2
+    {1, 3, 12, 12, 8, 7, 7, 2, 3, 1, 1, false},          // stem-like 7x7/2, batch 1
+    {2, 6, 5, 5, 6, 3, 3, 1, 1, 1, 6, true},             // depthwise
 };
 
 }  // namespace
@@ -107,9 +107,10 @@ TEST_CASE("conv2d values against a naive loop", "[ops][conv]") {
   const Cfg& c = kConfigs[2];
   Tensor x = rnd({c.N, c.Cin, c.H, c.W}, 1), w = rnd({c.Cout, c.Cin / c.groups, c.kh, c.kw}, 2);
   Tensor b = rnd({c.Cout}, 3);
-  require_close(conv2d(x, w, b, c.stride, c.pad, c.dil, c.groups),
-                naive_conv(x, w, b, c, conv_output_size(c.H, 3, 2, 2, 2), conv_output_size(c.W, 3, 2, 2, 2)),
-                1e-12);
+  require_close(
+      conv2d(x, w, b, c.stride, c.pad, c.dil, c.groups),
+      naive_conv(x, w, b, c, conv_output_size(c.H, 3, 2, 2, 2), conv_output_size(c.W, 3, 2, 2, 2)),
+      1e-12);
   set_num_threads(2);
 }
 
@@ -135,7 +136,8 @@ TEST_CASE("conv2d in f16 and bf16 computes in float", "[ops][conv]") {
 TEST_CASE("conv2d gradients", "[ops][conv][grad]") {
   set_num_threads(2);
   auto conv = [](Int2 s, Int2 p, Int2 d, int64_t g) {
-    return [=](const V& v) { return conv2d(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), s, p, d, g); };
+    return
+        [=](const V& v) { return conv2d(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), s, p, d, g); };
   };
   SECTION("3x3 pad 1 with bias") {
     gradcheck(conv(1, 1, 1, 1), {leaf({2, 3, 5, 5}, 1), leaf({4, 3, 3, 3}, 2), leaf({4}, 3)});
@@ -144,7 +146,8 @@ TEST_CASE("conv2d gradients", "[ops][conv][grad]") {
     gradcheck(conv(2, 2, 2, 2), {leaf({2, 4, 7, 6}, 4), leaf({6, 2, 3, 3}, 5)});
   }
   SECTION("non-square stride/padding, groups 3") {
-    gradcheck(conv({2, 1}, {1, 0}, 1, 3), {leaf({1, 3, 6, 5}, 6), leaf({3, 1, 3, 2}, 7), leaf({3}, 8)});
+    gradcheck(conv({2, 1}, {1, 0}, 1, 3),
+              {leaf({1, 3, 6, 5}, 6), leaf({3, 1, 3, 2}, 7), leaf({3}, 8)});
   }
   SECTION("1x1 stride 1 and stride 2") {
     gradcheck(conv(1, 0, 1, 1), {leaf({4, 3, 4, 4}, 9), leaf({5, 3, 1, 1}, 10), leaf({5}, 11)});
@@ -187,10 +190,12 @@ TEST_CASE("conv2d errors name the op and the shapes", "[ops][conv][errors]") {
   REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 3, 3, 3})),
                       Contains("conv2d") && Contains("[1, 4, 5, 5]") && Contains("[2, 3, 3, 3]"));
   REQUIRE_THROWS_WITH(conv2d(x, zeros({3, 2, 3, 3}), Tensor(), 1, 0, 1, 2), Contains("groups"));
-  REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 3, 3}), zeros({3})), Contains("conv2d") && Contains("bias"));
+  REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 3, 3}), zeros({3})),
+                      Contains("conv2d") && Contains("bias"));
   REQUIRE_THROWS_WITH(conv2d(zeros({4, 5, 5}), zeros({2, 4, 3, 3})), Contains("conv2d"));
   REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 7, 7})), Contains("conv2d") && Contains("smaller"));
   REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), 0), Contains("conv2d"));
-  REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 3, 3}, DType::f64)), Contains("conv2d") && Contains("dtype"));
+  REQUIRE_THROWS_WITH(conv2d(x, zeros({2, 4, 3, 3}, DType::f64)),
+                      Contains("conv2d") && Contains("dtype"));
   REQUIRE_THROWS_AS(conv2d(x, zeros({2, 4, 3, 3}), Tensor(), 1, 0, 1, 0), dltrain::Error);
 }

@@ -8,9 +8,9 @@
 #include "gradcheck.hpp"
 
 using namespace dltrain;
+using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
-using Catch::Contains;
 using V = std::vector<Tensor>;
 
 namespace {
@@ -92,10 +92,10 @@ TEST_CASE("bmm and matmul values with broadcasting", "[ops][linalg]") {
   Tensor c = bmm(a, b);
   REQUIRE(c.shape() == Shape{3, 4, 2});
   for (int64_t i = 0; i < 3; ++i)
-    require_close(c.select(0, i),
-                  naive_mm(a.select(0, i).to_vector<double>(), b.select(0, i).to_vector<double>(), 4,
-                           5, 2),
-                  1e-12);
+    require_close(
+        c.select(0, i),
+        naive_mm(a.select(0, i).to_vector<double>(), b.select(0, i).to_vector<double>(), 4, 5, 2),
+        1e-12);
   // [2,1,4,5] x [3,5,2] -> [2,3,4,2]
   Tensor x = rnd({2, 1, 4, 5}, 9), y = rnd({3, 5, 2}, 10);
   Tensor z = matmul(x, y);
@@ -114,7 +114,8 @@ TEST_CASE("bmm and matmul values with broadcasting", "[ops][linalg]") {
   REQUIRE(matmul(v, w).item() == Approx(dot));
   Tensor m = rnd({5, 3}, 13);
   REQUIRE(matmul(v, m).shape() == Shape{3});
-  require_close(matmul(v, m), naive_mm(v.to_vector<double>(), m.to_vector<double>(), 1, 5, 3), 1e-12);
+  require_close(matmul(v, m), naive_mm(v.to_vector<double>(), m.to_vector<double>(), 1, 5, 3),
+                1e-12);
   REQUIRE(matmul(m.t(), v).shape() == Shape{3});
   REQUIRE(matmul(a, w).shape() == Shape{3, 4});
   REQUIRE(matmul(v, b).shape() == Shape{3, 2});
@@ -125,8 +126,8 @@ TEST_CASE("linear values", "[ops][linalg]") {
   Tensor x = rnd({2, 3, 4}, 16), w = rnd({5, 4}, 17), b = rnd({5}, 18);
   Tensor y = linear(x, w, b);
   REQUIRE(y.shape() == Shape{2, 3, 5});
-  auto ref = naive_mm(x.reshape({6, 4}).to_vector<double>(), w.t().contiguous().to_vector<double>(), 6,
-                      4, 5);
+  auto ref = naive_mm(x.reshape({6, 4}).to_vector<double>(), w.t().contiguous().to_vector<double>(),
+                      6, 4, 5);
   const auto bv = b.to_vector<double>();
   for (size_t i = 0; i < ref.size(); ++i) ref[i] += bv[i % 5];
   require_close(y, ref, 1e-12);
@@ -143,7 +144,8 @@ TEST_CASE("mm, bmm, matmul, linear gradients", "[ops][linalg][grad]") {
   gradcheck([](const V& v) { return mm(v[0], v[1]); }, {at, bt});
   gradcheck([](const V& v) { return bmm(v[0], v[1]); }, {leaf({2, 3, 4}, 3), leaf({2, 4, 2}, 4)});
   // Broadcast batch dims: the gradient of y sums over the broadcast dim.
-  gradcheck([](const V& v) { return matmul(v[0], v[1]); }, {leaf({2, 1, 3, 4}, 5), leaf({3, 4, 2}, 6)});
+  gradcheck([](const V& v) { return matmul(v[0], v[1]); },
+            {leaf({2, 1, 3, 4}, 5), leaf({3, 4, 2}, 6)});
   gradcheck([](const V& v) { return matmul(v[0], v[1]); }, {leaf({2, 3, 4}, 7), leaf({4, 2}, 8)});
   gradcheck([](const V& v) { return matmul(v[0], v[1]); }, {leaf({4}, 9), leaf({2, 4, 3}, 10)});
   gradcheck([](const V& v) { return matmul(v[0], v[1]); }, {leaf({4}, 11), leaf({4}, 12)});

@@ -10,9 +10,9 @@
 #include "gradcheck.hpp"
 
 using namespace dltrain;
+using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
-using Catch::Contains;
 using V = std::vector<Tensor>;
 
 namespace {
@@ -31,8 +31,9 @@ void require_close(const Tensor& t, const std::vector<double>& ref, double tol) 
 }
 
 // Naive max pool over [P, H, W] planes; also returns flat indices.
-std::pair<std::vector<double>, std::vector<double>> naive_max(const Tensor& x, Int2 k, Int2 s, Int2 p,
-                                                              Int2 d, int64_t Ho, int64_t Wo) {
+std::pair<std::vector<double>, std::vector<double>> naive_max(const Tensor& x, Int2 k, Int2 s,
+                                                              Int2 p, Int2 d, int64_t Ho,
+                                                              int64_t Wo) {
   const auto xv = x.to_vector<double>();
   const int64_t P = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   std::vector<double> y, idx;
@@ -106,8 +107,8 @@ struct PoolCfg {
 };
 
 const std::vector<PoolCfg> kPools = {
-    {2, 2, 0, 1, false}, {3, 2, 1, 1, false}, {3, 2, 1, 1, true},
-    {{3, 2}, {2, 1}, {1, 0}, 1, true}, {3, 1, 1, 2, false}, {2, 2, 1, 1, true},
+    {2, 2, 0, 1, false}, {3, 2, 1, 1, false}, {3, 2, 1, 1, true}, {{3, 2}, {2, 1}, {1, 0}, 1, true},
+    {3, 1, 1, 2, false}, {2, 2, 1, 1, true},
 };
 
 }  // namespace
@@ -134,9 +135,8 @@ TEST_CASE("max_pool2d values and indices", "[ops][pool]") {
   Tensor x = rnd({3, 4, 4}, 2);
   REQUIRE(max_pool2d(x, 2).shape() == Shape{3, 2, 2});
   Tensor xh = rnd({1, 2, 4, 4}, 3, DType::f32);
-  require_close(max_pool2d(xh.to(DType::f16), 2), max_pool2d(xh.to(DType::f16).to(DType::f32), 2)
-                                                      .to_vector<double>(),
-                0);
+  require_close(max_pool2d(xh.to(DType::f16), 2),
+                max_pool2d(xh.to(DType::f16).to(DType::f32), 2).to_vector<double>(), 0);
   // NaN propagates like PyTorch.
   Tensor n = tensor({1, NAN, 3, 4}, DType::f32).reshape({1, 1, 2, 2});
   REQUIRE(std::isnan(max_pool2d(n, 2).item<float>()));
@@ -163,8 +163,11 @@ TEST_CASE("avg_pool2d values", "[ops][pool]") {
 }
 
 TEST_CASE("adaptive_avg_pool2d values", "[ops][pool]") {
-  for (auto [H, W, Ho, Wo] : {std::array<int64_t, 4>{7, 7, 1, 1}, {7, 5, 3, 2}, {5, 6, 5, 6},
-                              {4, 9, 3, 4}, {3, 3, 5, 4}}) {
+  for (auto [H, W, Ho, Wo] : {std::array<int64_t, 4>{7, 7, 1, 1},
+                              {7, 5, 3, 2},
+                              {5, 6, 5, 6},
+                              {4, 9, 3, 4},
+                              {3, 3, 5, 4}}) {
     Tensor x = rnd({2, 3, H, W}, 6);
     Tensor y = adaptive_avg_pool2d(x, {Ho, Wo});
     REQUIRE(y.shape() == Shape{2, 3, Ho, Wo});
@@ -181,9 +184,13 @@ TEST_CASE("pool gradients", "[ops][pool][grad]") {
   set_num_threads(2);
   SECTION("max_pool2d") {
     gradcheck([](const V& v) { return max_pool2d(v[0], 2); }, {leaf({2, 2, 4, 4}, 1)});
-    gradcheck([](const V& v) { return max_pool2d(v[0], 3, 2, 1, 1, true); }, {leaf({1, 2, 6, 5}, 2)});
-    gradcheck([](const V& v) { return max_pool2d(v[0], {3, 2}, Int2{1, 2}, {1, 0}, 2); },
-              {leaf({1, 2, 6, 6}, 3)});
+    gradcheck([](const V& v) { return max_pool2d(v[0], 3, 2, 1, 1, true); },
+              {leaf({1, 2, 6, 5}, 2)});
+    gradcheck(
+        [](const V& v) {
+          return max_pool2d(v[0], {3, 2}, Int2{1, 2}, {1, 0}, 2);
+        },
+        {leaf({1, 2, 6, 6}, 3)});
   }
   SECTION("avg_pool2d") {
     for (bool cip : {true, false}) {
@@ -194,7 +201,11 @@ TEST_CASE("pool gradients", "[ops][pool][grad]") {
     }
   }
   SECTION("adaptive_avg_pool2d") {
-    gradcheck([](const V& v) { return adaptive_avg_pool2d(v[0], {3, 2}); }, {leaf({2, 2, 7, 5}, 6)});
+    gradcheck(
+        [](const V& v) {
+          return adaptive_avg_pool2d(v[0], {3, 2});
+        },
+        {leaf({2, 2, 7, 5}, 6)});
     gradcheck([](const V& v) { return adaptive_avg_pool2d(v[0], 1); }, {leaf({2, 3, 3, 3}, 7)});
   }
   SECTION("channels-last and non-contiguous leaves") {

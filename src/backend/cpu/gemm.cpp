@@ -64,16 +64,22 @@ void gemm_serial(Mat<const T> a, Mat<const T> b, Mat<T> c, T beta) {
   }
   RowMap<T> cm(c.data, c.rows, c.cols, Eigen::OuterStride<>(c.rs));
   if (a.cols == 0) {
-    if (beta == T(0)) cm.setZero();
-    else if (beta != T(1)) cm *= beta;
+    if (beta == T(0))
+      cm.setZero();
+    else if (beta != T(1))
+      cm *= beta;
     return;
   }
   const Mat<const T> an = *normalise(a), bn = *normalise(b);
   const bool ar = an.cs == 1, br = bn.cs == 1;
-  if (ar && br) product(cm, as_map<T, Eigen::RowMajor>(an), as_map<T, Eigen::RowMajor>(bn), beta);
-  else if (ar) product(cm, as_map<T, Eigen::RowMajor>(an), as_map<T, Eigen::ColMajor>(bn), beta);
-  else if (br) product(cm, as_map<T, Eigen::ColMajor>(an), as_map<T, Eigen::RowMajor>(bn), beta);
-  else product(cm, as_map<T, Eigen::ColMajor>(an), as_map<T, Eigen::ColMajor>(bn), beta);
+  if (ar && br)
+    product(cm, as_map<T, Eigen::RowMajor>(an), as_map<T, Eigen::RowMajor>(bn), beta);
+  else if (ar)
+    product(cm, as_map<T, Eigen::RowMajor>(an), as_map<T, Eigen::ColMajor>(bn), beta);
+  else if (br)
+    product(cm, as_map<T, Eigen::ColMajor>(an), as_map<T, Eigen::RowMajor>(bn), beta);
+  else
+    product(cm, as_map<T, Eigen::ColMajor>(an), as_map<T, Eigen::ColMajor>(bn), beta);
 }
 
 template <class T>
@@ -101,7 +107,7 @@ void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, T beta) {
 }
 
 template <class T>
-void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
+void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld, int64_t oh0, int64_t oh1) {
   for (int64_t c = 0; c < g.C; ++c) {
     const T* plane = x + c * g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -111,7 +117,7 @@ void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
         // ow range where iw = ow*sw + iw0 lies in [0, W)
         const int64_t lo = iw0 >= 0 ? 0 : std::min(g.Wo, (-iw0 + g.sw - 1) / g.sw);
         const int64_t hi = std::max(lo, std::min(g.Wo, (g.W - iw0 + g.sw - 1) / g.sw));
-        for (int64_t oh = 0; oh < g.Ho; ++oh, dst += g.Wo) {
+        for (int64_t oh = oh0; oh < oh1; ++oh, dst += g.Wo) {
           const int64_t ih = oh * g.sh - g.ph + i * g.dh;
           if (ih < 0 || ih >= g.H) {
             std::fill(dst, dst + g.Wo, T(0));
@@ -132,7 +138,7 @@ void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
 }
 
 template <class T>
-void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld) {
+void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld, int64_t oh0, int64_t oh1) {
   for (int64_t c = 0; c < g.C; ++c) {
     T* plane = x + c * g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -141,7 +147,7 @@ void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld) {
         const int64_t iw0 = j * g.dw - g.pw;
         const int64_t lo = iw0 >= 0 ? 0 : std::min(g.Wo, (-iw0 + g.sw - 1) / g.sw);
         const int64_t hi = std::max(lo, std::min(g.Wo, (g.W - iw0 + g.sw - 1) / g.sw));
-        for (int64_t oh = 0; oh < g.Ho; ++oh, src += g.Wo) {
+        for (int64_t oh = oh0; oh < oh1; ++oh, src += g.Wo) {
           const int64_t ih = oh * g.sh - g.ph + i * g.dh;
           if (ih < 0 || ih >= g.H) continue;
           T* dst = plane + ih * g.W;
@@ -158,11 +164,11 @@ void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld) {
   }
 }
 
-#define DLTRAIN_GEMM_INSTANTIATE(T)                                       \
-  template void gemm_serial<T>(Mat<const T>, Mat<const T>, Mat<T>, T);   \
-  template void gemm<T>(Mat<const T>, Mat<const T>, Mat<T>, T);          \
-  template void im2col<T>(const T*, const ConvGeom&, T*, int64_t);       \
-  template void col2im<T>(const T*, const ConvGeom&, T*, int64_t);
+#define DLTRAIN_GEMM_INSTANTIATE(T)                                                  \
+  template void gemm_serial<T>(Mat<const T>, Mat<const T>, Mat<T>, T);               \
+  template void gemm<T>(Mat<const T>, Mat<const T>, Mat<T>, T);                      \
+  template void im2col<T>(const T*, const ConvGeom&, T*, int64_t, int64_t, int64_t); \
+  template void col2im<T>(const T*, const ConvGeom&, T*, int64_t, int64_t, int64_t);
 DLTRAIN_GEMM_INSTANTIATE(float)
 DLTRAIN_GEMM_INSTANTIATE(double)
 #undef DLTRAIN_GEMM_INSTANTIATE

@@ -54,22 +54,24 @@ void gemm(Mat<const T> a, Mat<const T> b, Mat<T> c, T beta);
 
 /// Geometry of one 2-d convolution window sweep over a [C, H, W] image.
 struct ConvGeom {
-  int64_t C, H, W;    // input planes and size
-  int64_t kh, kw;     // kernel
-  int64_t sh, sw;     // stride
-  int64_t ph, pw;     // padding
-  int64_t dh, dw;     // dilation
-  int64_t Ho, Wo;     // output size
+  int64_t C, H, W;  // input planes and size
+  int64_t kh, kw;   // kernel
+  int64_t sh, sw;   // stride
+  int64_t ph, pw;   // padding
+  int64_t dh, dw;   // dilation
+  int64_t Ho, Wo;   // output size
 };
 
 /// col[(c*kh + i)*kw + j, oh*Wo + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside);
-/// x is a contiguous [C, H, W] image, col a row-major [C*kh*kw, Ho*Wo] block whose rows are
-/// `ld` >= Ho*Wo elements apart (several images can sit side by side in one buffer).
+/// x is a contiguous [C, H, W] image. Only output rows oh in [oh0, oh1) are produced: col is a
+/// row-major [C*kh*kw, (oh1-oh0)*Wo] block whose rows are `ld` elements apart, so that images
+/// can sit side by side in one buffer and a conv can be cut into cache-sized row chunks.
 template <class T>
-void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld);
+void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld, int64_t oh0, int64_t oh1);
 
-/// The adjoint of im2col: accumulates col back into x (x must be initialised, usually to 0).
+/// The adjoint of im2col over the same rows: accumulates col back into x (x must be
+/// initialised, usually to 0).
 template <class T>
-void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld);
+void col2im(const T* col, const ConvGeom& g, T* x, int64_t ld, int64_t oh0, int64_t oh1);
 
 }  // namespace dltrain::backend::cpu
