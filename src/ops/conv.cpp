@@ -3,13 +3,15 @@
 // The CPU kernel works on contiguous NCHW data in float or double (f16/bf16
 // are upcast and the result rounded once; channels-last inputs are converted
 // and the output converted back, so the output always has the input's memory
-// format). Each image and group is one GEMM: y_g = W_g * im2col(x_g); 1x1
+// format). Per group the forward is a GEMM y_g = W_g * im2col(x_g): large
+// feature maps are cut into output-row chunks whose column buffer fits in L2,
+// small ones put several images side by side so the GEMM stays wide, and 1x1
 // stride-1 unpadded convolutions multiply x directly. Work is split over
-// images (each thread owns its column buffers) when there are enough images
-// for the pool, otherwise inside each GEMM. Backward computes grad_input as
-// col2im(W_g^T * gy_g), grad_weight as sum_n gy_g * im2col(x_g)^T in
-// per-thread accumulators reduced at the end, and grad_bias as a plain sum.
-// The backward kernels are not themselves recorded (no double backward).
+// images (each thread owns its buffers) when there are enough images for the
+// pool, otherwise inside each GEMM. Backward computes grad_input as
+// col2im(W_g^T * gy_g), grad_weight as sum gy_g * im2col(x_g)^T in per-thread
+// accumulators reduced at the end, and grad_bias as a plain sum. The backward
+// kernels are not themselves recorded (no double backward).
 #include "dltrain/ops/conv.hpp"
 
 #include <algorithm>
