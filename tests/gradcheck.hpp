@@ -26,6 +26,12 @@ inline Tensor leaf(const Shape& shape, uint64_t seed, double scale = 1.0) {
   return t;
 }
 
+/// Random normal values (drawn in f64 from `seed`, then converted to dt), no grad.
+inline Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::f64) {
+  Generator g(seed);
+  return randn(s, DType::f64, &g).to(dt);
+}
+
 /// Checks analytical against numerical gradients; returns the worst abs error seen.
 inline double gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                         std::vector<Tensor> inputs, double eps = 1e-6, double atol = 1e-5,

@@ -13,14 +13,10 @@ using namespace dltrain;
 using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
+using dltrain::testing::rnd;
 using V = std::vector<Tensor>;
 
 namespace {
-
-Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::f64) {
-  Generator g(seed);
-  return randn(s, DType::f64, &g).to(dt);
-}
 
 struct Cfg {
   int64_t N, Cin, H, W, Cout, kh, kw;

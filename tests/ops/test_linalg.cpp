@@ -11,14 +11,10 @@ using namespace dltrain;
 using Catch::Contains;
 using dltrain::testing::gradcheck;
 using dltrain::testing::leaf;
+using dltrain::testing::rnd;
 using V = std::vector<Tensor>;
 
 namespace {
-
-Tensor rnd(const Shape& s, uint64_t seed, DType dt = DType::f64) {
-  Generator g(seed);
-  return randn(s, DType::f64, &g).to(dt);
-}
 
 // Naive [n,k] x [k,m] on row-major values.
 std::vector<double> naive_mm(const std::vector<double>& a, const std::vector<double>& b, int64_t n,
