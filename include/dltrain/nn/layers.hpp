@@ -1,0 +1,249 @@
+// The standard layers: thin Modules over the functional ops, with PyTorch's
+// constructor arguments, state-dict names, default initialisation and
+// printing. Each layer keeps handles to its registered tensors in public
+// fields (weight, bias, running_mean, ...) for direct access.
+#pragma once
+
+#include <optional>
+
+#include "dltrain/nn/module.hpp"
+#include "dltrain/ops/conv.hpp"
+#include "dltrain/ops/loss.hpp"
+
+namespace dltrain::nn {
+
+/// y = x W^T + b. weight [out, in]; default init kaiming_uniform(a = sqrt(5)), bias
+/// U(+-1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true,
+         TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  int64_t in_features, out_features;
+  Tensor weight, bias;
+};
+
+struct Conv2dOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  Int2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// 2-d convolution. weight [out, in/groups, kH, kW]; PyTorch's default init (as Linear).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size,
+         const Conv2dOptions& options = {}, TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  int64_t in_channels, out_channels;
+  Int2 kernel_size;
+  Conv2dOptions options;
+  Tensor weight, bias;
+};
+
+struct BatchNormOptions {
+  double eps = 1e-5;
+  /// Running-statistics momentum; nullopt = cumulative moving average (1 / batches seen).
+  std::optional<double> momentum = 0.1;
+  bool affine = true;
+  bool track_running_stats = true;
+};
+
+/// Batch normalisation over channels (dim 1). Buffers running_mean, running_var and the
+/// int64 num_batches_tracked, as PyTorch. `expected_dims` = {2, 3} for 1d, {4} for 2d.
+class BatchNorm : public Module {
+ public:
+  BatchNorm(const char* type_name, std::vector<int64_t> expected_dims, int64_t num_features,
+            const BatchNormOptions& options, TensorOptions opts);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_running_stats();
+  int64_t num_features;
+  BatchNormOptions options;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  std::vector<int64_t> expected_dims_;
+};
+
+/// BatchNorm over [N, C] or [N, C, L].
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, const BatchNormOptions& options = {},
+                       TensorOptions opts = TensorOptions())
+      : BatchNorm("BatchNorm1d", {2, 3}, num_features, options, opts) {}
+};
+
+/// BatchNorm over [N, C, H, W] (either memory format).
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, const BatchNormOptions& options = {},
+                       TensorOptions opts = TensorOptions())
+      : BatchNorm("BatchNorm2d", {4}, num_features, options, opts) {}
+};
+
+/// Layer normalisation over the trailing `normalized_shape` dims.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+            TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Shape normalized_shape;
+  double eps;
+  Tensor weight, bias;
+};
+
+/// Lookup table: indices (any shape, int64) -> rows of weight [num, dim]; init N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim,
+            std::optional<int64_t> padding_idx = std::nullopt,
+            TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& indices) override;
+  std::string extra_repr() const override;
+  int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;
+  Tensor weight;
+};
+
+// --- activations and parameter-free layers ------------------------------------------
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class GELU : public Module {
+ public:
+  /// approximate = true uses the tanh form.
+  explicit GELU(bool approximate = false) : Module("GELU"), approximate(approximate) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  bool approximate;
+};
+
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01)
+      : Module("LeakyReLU"), negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  double negative_slope;
+};
+
+class Sigmoid : public Module {
+ public:
+  Sigmoid() : Module("Sigmoid") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class Tanh : public Module {
+ public:
+  Tanh() : Module("Tanh") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class Identity : public Module {
+ public:
+  Identity() : Module("Identity") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+/// Flattens dims start_dim..end_dim (default: all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t start_dim, end_dim;
+};
+
+/// Zeroes elements with probability p in training mode (scaling the rest by 1/(1-p)).
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  double p;
+};
+
+class MaxPool2d : public Module {
+ public:
+  /// stride defaults to the kernel size.
+  explicit MaxPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0,
+                     Int2 dilation = 1, bool ceil_mode = false);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 kernel_size, stride, padding, dilation;
+  bool ceil_mode;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0,
+                     bool ceil_mode = false, bool count_include_pad = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 kernel_size, stride, padding;
+  bool ceil_mode, count_include_pad;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Int2 output_size)
+      : Module("AdaptiveAvgPool2d"), output_size(output_size) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 output_size;
+};
+
+// --- losses ---------------------------------------------------------------------------
+/// Cross-entropy of logits against class indices (label smoothing, ignore_index, weights).
+class CrossEntropyLoss : public Module {
+ public:
+  using Module::forward;
+  explicit CrossEntropyLoss(CrossEntropyOptions options = {});
+  Tensor forward(const Tensor& logits, const Tensor& target);
+  Tensor operator()(const Tensor& logits, const Tensor& target) { return forward(logits, target); }
+  std::string extra_repr() const override;
+  CrossEntropyOptions options;
+};
+
+class NLLLoss : public Module {
+ public:
+  using Module::forward;
+  explicit NLLLoss(NLLLossOptions options = {});
+  Tensor forward(const Tensor& log_probs, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  NLLLossOptions options;
+};
+
+class MSELoss : public Module {
+ public:
+  using Module::forward;
+  explicit MSELoss(Reduction reduction = Reduction::Mean)
+      : Module("MSELoss"), reduction(reduction) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  Reduction reduction;
+};
+
+class BCEWithLogitsLoss : public Module {
+ public:
+  using Module::forward;
+  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::Mean, Tensor pos_weight = Tensor());
+  Tensor forward(const Tensor& logits, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  Reduction reduction;
+  Tensor pos_weight;
+};
+
+}  // namespace dltrain::nn

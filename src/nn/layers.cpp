@@ -1,0 +1,298 @@
+#include "dltrain/nn/layers.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/nn/init.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/indexing.hpp"
+#include "dltrain/ops/linalg.hpp"
+#include "dltrain/ops/norm.hpp"
+#include "dltrain/ops/pool.hpp"
+
+namespace dltrain::nn {
+
+namespace {
+
+std::string pair_str(Int2 v) {
+  std::ostringstream os;
+  os << '(' << v.h << ", " << v.w << ')';
+  return os.str();
+}
+const char* py_bool(bool b) { return b ? "True" : "False"; }
+std::string num_str(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// PyTorch's default for Linear and Conv: kaiming_uniform(a = sqrt(5)) on the weight, which is
+// U(+-1/sqrt(fan_in)), and the same bound for the bias.
+void default_init(Tensor& weight, Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    auto fan_in = init::calculate_fan_in_and_fan_out(weight).first;
+    double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+void check_positive(int64_t v, const char* layer, const char* what) {
+  DLTRAIN_CHECK(v > 0, layer, ": ", what, " must be positive, got ", v);
+}
+
+}  // namespace
+
+// --- Linear -------------------------------------------------------------------------
+Linear::Linear(int64_t in, int64_t out, bool with_bias, TensorOptions opts)
+    : Module("Linear"), in_features(in), out_features(out) {
+  check_positive(in, "Linear", "in_features");
+  check_positive(out, "Linear", "out_features");
+  opts.requires_grad = false;
+  weight = register_parameter("weight", empty({out, in}, opts));
+  if (with_bias) bias = register_parameter("bias", empty({out}, opts));
+  reset_parameters();
+}
+
+void Linear::reset_parameters() { default_init(weight, bias); }
+
+Tensor Linear::forward(const Tensor& x) {
+  DLTRAIN_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(in_features=", in_features,
+                "): input of shape ", shape_str(x.shape()), " must end in ", in_features,
+                " features; flatten or reshape it first");
+  return linear(x, weight, bias);
+}
+
+std::string Linear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features) +
+         ", out_features=" + std::to_string(out_features) + ", bias=" + py_bool(bias.defined());
+}
+
+// --- Conv2d -------------------------------------------------------------------------
+Conv2d::Conv2d(int64_t in, int64_t out, Int2 k, const Conv2dOptions& o, TensorOptions opts)
+    : Module("Conv2d"), in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  check_positive(in, "Conv2d", "in_channels");
+  check_positive(out, "Conv2d", "out_channels");
+  check_positive(o.groups, "Conv2d", "groups");
+  DLTRAIN_CHECK(in % o.groups == 0 && out % o.groups == 0, "Conv2d: in_channels (", in,
+                ") and out_channels (", out, ") must both be divisible by groups (", o.groups, ")");
+  DLTRAIN_CHECK(k.h > 0 && k.w > 0, "Conv2d: kernel_size must be positive, got ", pair_str(k));
+  opts.requires_grad = false;
+  weight = register_parameter("weight", empty({out, in / o.groups, k.h, k.w}, opts));
+  if (o.bias) bias = register_parameter("bias", empty({out}, opts));
+  reset_parameters();
+}
+
+void Conv2d::reset_parameters() { default_init(weight, bias); }
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv2d::extra_repr() const {
+  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+                  ", kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(options.stride);
+  if (!(options.padding == Int2(0))) s += ", padding=" + pair_str(options.padding);
+  if (!(options.dilation == Int2(1))) s += ", dilation=" + pair_str(options.dilation);
+  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
+  if (!options.bias) s += ", bias=False";
+  return s;
+}
+
+// --- BatchNorm ----------------------------------------------------------------------
+BatchNorm::BatchNorm(const char* type_name, std::vector<int64_t> expected_dims, int64_t n,
+                     const BatchNormOptions& o, TensorOptions opts)
+    : Module(type_name), num_features(n), options(o), expected_dims_(std::move(expected_dims)) {
+  check_positive(n, type_name, "num_features");
+  DLTRAIN_CHECK(!o.momentum || (*o.momentum >= 0 && *o.momentum <= 1), type_name,
+                ": momentum must be in [0, 1], got ", *o.momentum);
+  opts.requires_grad = false;
+  if (o.affine) {
+    weight = register_parameter("weight", ones({n}, opts));
+    bias = register_parameter("bias", zeros({n}, opts));
+  }
+  if (o.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({n}, opts));
+    running_var = register_buffer("running_var", ones({n}, opts));
+    num_batches_tracked = register_buffer(
+        "num_batches_tracked", zeros({}, TensorOptions(DType::i64).with_device(opts.device)));
+  }
+}
+
+void BatchNorm::reset_running_stats() {
+  if (!options.track_running_stats) return;
+  running_mean.zero_();
+  running_var.fill_(1.0);
+  num_batches_tracked.zero_();
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  bool dims_ok = false;
+  for (auto d : expected_dims_) dims_ok = dims_ok || x.dim() == d;
+  std::string want;
+  for (auto d : expected_dims_) want += (want.empty() ? "" : " or ") + std::to_string(d);
+  DLTRAIN_CHECK(dims_ok, type_name(), ": expected a ", want, "-d input, got shape ",
+                shape_str(x.shape()));
+  DLTRAIN_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): input has ",
+                x.size(1), " channels (shape ", shape_str(x.shape()), ")");
+  bool use_batch_stats = is_training() || !options.track_running_stats;
+  double factor = options.momentum.value_or(0.0);
+  if (is_training() && options.track_running_stats) {
+    autograd::NoGradGuard ng;
+    add_(num_batches_tracked, 1.0);
+    if (!options.momentum) factor = 1.0 / num_batches_tracked.item<double>();
+  }
+  // Without running statistics there is nothing to update or to normalise with in eval.
+  Tensor rm = options.track_running_stats ? running_mean : Tensor();
+  Tensor rv = options.track_running_stats ? running_var : Tensor();
+  return batch_norm(x, weight, bias, rm, rv, use_batch_stats, factor, options.eps);
+}
+
+std::string BatchNorm::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + num_str(options.eps) +
+         ", momentum=" + (options.momentum ? num_str(*options.momentum) : std::string("None")) +
+         ", affine=" + py_bool(options.affine) +
+         ", track_running_stats=" + py_bool(options.track_running_stats);
+}
+
+// --- LayerNorm ----------------------------------------------------------------------
+LayerNorm::LayerNorm(Shape shape, double eps_, bool affine, TensorOptions opts)
+    : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(eps_) {
+  DLTRAIN_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  opts.requires_grad = false;
+  if (affine) {
+    weight = register_parameter("weight", ones(normalized_shape, opts));
+    bias = register_parameter("bias", zeros(normalized_shape, opts));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, normalized_shape, weight, bias, eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  std::string s = "(";
+  for (size_t i = 0; i < normalized_shape.size(); ++i) {
+    s += std::to_string(normalized_shape[i]) + (normalized_shape.size() == 1 ? "," : "");
+    if (i + 1 < normalized_shape.size()) s += ", ";
+  }
+  return s + "), eps=" + num_str(eps) + ", elementwise_affine=" + py_bool(weight.defined());
+}
+
+// --- Embedding ----------------------------------------------------------------------
+Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad, TensorOptions opts)
+    : Module("Embedding"), num_embeddings(num), embedding_dim(dim), padding_idx(pad) {
+  check_positive(num, "Embedding", "num_embeddings");
+  check_positive(dim, "Embedding", "embedding_dim");
+  if (padding_idx && *padding_idx < 0) padding_idx = *padding_idx + num;
+  DLTRAIN_CHECK(!padding_idx || (*padding_idx >= 0 && *padding_idx < num),
+                "Embedding: padding_idx must be within num_embeddings (", num, ")");
+  opts.requires_grad = false;
+  weight = register_parameter("weight", empty({num, dim}, opts));
+  init::normal_(weight);
+  if (padding_idx) {
+    autograd::NoGradGuard ng;
+    weight.detach().select(0, *padding_idx).zero_();
+  }
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices, padding_idx); }
+
+std::string Embedding::extra_repr() const {
+  std::string s = std::to_string(num_embeddings) + ", " + std::to_string(embedding_dim);
+  if (padding_idx) s += ", padding_idx=" + std::to_string(*padding_idx);
+  return s;
+}
+
+// --- parameter-free layers ----------------------------------------------------------
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate); }
+std::string GELU::extra_repr() const { return approximate ? "approximate='tanh'" : ""; }
+Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope); }
+std::string LeakyReLU::extra_repr() const { return "negative_slope=" + num_str(negative_slope); }
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+
+Tensor Flatten::forward(const Tensor& x) {
+  if (x.dim() == 0) return x.reshape({1});
+  return x.flatten(start_dim, end_dim);
+}
+std::string Flatten::extra_repr() const {
+  return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
+}
+
+Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
+  DLTRAIN_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+std::string Dropout::extra_repr() const { return "p=" + num_str(p) + ", inplace=False"; }
+
+MaxPool2d::MaxPool2d(Int2 k, std::optional<Int2> s, Int2 pad, Int2 dil, bool ceil)
+    : Module("MaxPool2d"),
+      kernel_size(k),
+      stride(s.value_or(k)),
+      padding(pad),
+      dilation(dil),
+      ceil_mode(ceil) {}
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode);
+}
+std::string MaxPool2d::extra_repr() const {
+  auto one = [](Int2 v) { return v.h == v.w ? std::to_string(v.h) : pair_str(v); };
+  return "kernel_size=" + one(kernel_size) + ", stride=" + one(stride) +
+         ", padding=" + one(padding) + ", dilation=" + one(dilation) +
+         ", ceil_mode=" + py_bool(ceil_mode);
+}
+
+AvgPool2d::AvgPool2d(Int2 k, std::optional<Int2> s, Int2 pad, bool ceil, bool include_pad)
+    : Module("AvgPool2d"),
+      kernel_size(k),
+      stride(s.value_or(k)),
+      padding(pad),
+      ceil_mode(ceil),
+      count_include_pad(include_pad) {}
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad);
+}
+std::string AvgPool2d::extra_repr() const {
+  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(stride) +
+         ", padding=" + pair_str(padding);
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, output_size); }
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
+
+// --- losses -------------------------------------------------------------------------
+CrossEntropyLoss::CrossEntropyLoss(CrossEntropyOptions o) : Module("CrossEntropyLoss"), options(o) {
+  DLTRAIN_CHECK(o.label_smoothing >= 0 && o.label_smoothing <= 1,
+                "CrossEntropyLoss: label_smoothing must be in [0, 1], got ", o.label_smoothing);
+  if (options.weight.defined()) options.weight = register_buffer("weight", options.weight);
+}
+Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& target) {
+  return cross_entropy(logits, target, options);
+}
+std::string CrossEntropyLoss::extra_repr() const {
+  return options.label_smoothing > 0 ? "label_smoothing=" + num_str(options.label_smoothing) : "";
+}
+
+NLLLoss::NLLLoss(NLLLossOptions o) : Module("NLLLoss"), options(o) {
+  if (options.weight.defined()) options.weight = register_buffer("weight", options.weight);
+}
+Tensor NLLLoss::forward(const Tensor& log_probs, const Tensor& target) {
+  return nll_loss(log_probs, target, options);
+}
+
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  return mse_loss(input, target, reduction);
+}
+
+BCEWithLogitsLoss::BCEWithLogitsLoss(Reduction r, Tensor pw)
+    : Module("BCEWithLogitsLoss"), reduction(r), pos_weight(std::move(pw)) {
+  if (pos_weight.defined()) pos_weight = register_buffer("pos_weight", pos_weight);
+}
+Tensor BCEWithLogitsLoss::forward(const Tensor& logits, const Tensor& target) {
+  return binary_cross_entropy_with_logits(logits, target, reduction, pos_weight);
+}
+
+}  // namespace dltrain::nn
