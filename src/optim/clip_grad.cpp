@@ -1,0 +1,143 @@
+#include "dltrain/optim/clip_grad.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "common.hpp"
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/error.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "dltrain/ops/elementwise.hpp"
+
+namespace dltrain::optim {
+
+namespace {
+
+// The gradients to clip: defined ones, CPU only, each dense (a non-dense one is replaced by
+// a dense copy for reading; writes then go through ops that handle strides).
+std::vector<Tensor> gradients(const std::vector<Tensor>& params, const char* op) {
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < params.size(); ++k) {
+    DLTRAIN_CHECK(params[k].defined(), op, ": tensor ", k, " is undefined");
+    Tensor g = params[k].grad();
+    if (!g.defined()) continue;
+    DLTRAIN_CHECK(!g.device().is_cuda(), op, ": the gradient of tensor ", k, " is on ", g.device(),
+                  "; CUDA gradient clipping comes with the CUDA backend");
+    DLTRAIN_CHECK(is_floating(g.dtype()), op, ": the gradient of tensor ", k, " has dtype ",
+                  g.dtype());
+    out.push_back(g);
+  }
+  return out;
+}
+
+// sum of f(x[k]) over [lo, hi) in double with 8 independent partial sums: without
+// -ffast-math the compiler may not reorder one running sum, and its add latency would bound
+// the loop (2.5x slower); the fixed pattern keeps the result deterministic.
+template <class T, class F>
+double sum8(const T* x, int64_t lo, int64_t hi, F f) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = lo;
+  for (; k + 8 <= hi; k += 8) {
+    for (int j = 0; j < 8; ++j) s[j] += f(static_cast<double>(static_cast<acc_t<T>>(x[k + j])));
+  }
+  for (; k < hi; ++k) s[0] += f(static_cast<double>(static_cast<acc_t<T>>(x[k])));
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// sum |x|^p (or max |x| when p is infinite) over a dense tensor, in double, in fixed chunks
+// so the result does not depend on the thread count.
+double norm_part(const Tensor& dense, double p) {
+  const int64_t n = dense.numel();
+  if (n == 0) return 0.0;
+  const int64_t chunks = (n + detail::kGrain - 1) / detail::kGrain;
+  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+  const bool inf = std::isinf(p);
+  dispatch_floating(dense.dtype(), "clip_grad_norm_", [&]<class T>() {
+    const T* x = dense.data<T>();
+    parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t lo = c * detail::kGrain, hi = std::min(n, lo + detail::kGrain);
+        double acc = 0.0;
+        if (inf) {
+          for (int64_t k = lo; k < hi; ++k) {
+            const double a = std::fabs(static_cast<double>(static_cast<acc_t<T>>(x[k])));
+            acc = (std::isnan(a) || a > acc) ? a : acc;
+          }
+        } else if (p == 2.0) {
+          acc = sum8(x, lo, hi, [](double a) { return a * a; });
+        } else if (p == 1.0) {
+          acc = sum8(x, lo, hi, [](double a) { return std::fabs(a); });
+        } else {
+          for (int64_t k = lo; k < hi; ++k) {
+            acc += std::pow(std::fabs(static_cast<double>(static_cast<acc_t<T>>(x[k]))), p);
+          }
+        }
+        part[static_cast<size_t>(c)] = acc;
+      }
+    });
+  });
+  double total = 0.0;
+  for (double v : part) {
+    if (inf) {
+      total = (std::isnan(v) || v > total) ? v : total;
+    } else {
+      total += v;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  DLTRAIN_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type must be a positive p or infinity, ",
+                "got ", norm_type);
+  DLTRAIN_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients(params, "clip_grad_norm_");
+  if (grads.empty()) return scalar_tensor(0.0);
+  const bool inf = std::isinf(norm_type);
+  double acc = 0.0;
+  for (const Tensor& g : grads) {
+    const double part = norm_part(detail::is_dense(g) ? g : g.contiguous(), norm_type);
+    acc = inf ? ((std::isnan(part) || part > acc) ? part : acc) : acc + part;
+  }
+  const double total =
+      inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
+  DLTRAIN_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm ",
+                "of order ", norm_type, " of the gradients is ", total,
+                ", so it cannot be clipped; fix the non-finite gradients or pass ",
+                "error_if_nonfinite = false to scale by it anyway");
+  const double coef = std::min(max_norm / (total + 1e-6), 1.0);
+  // min() drops a NaN coefficient; PyTorch's clamp keeps it (and poisons the gradients).
+  const double clamped = std::isnan(total) ? total : coef;
+  for (Tensor g : grads) mul_(g, clamped);
+  return scalar_tensor(total, grads.front().options());
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  DLTRAIN_CHECK(clip_value >= 0.0, "clip_grad_value_: clip_value must be >= 0, got ", clip_value);
+  autograd::NoGradGuard no_grad;
+  for (Tensor g : gradients(params, "clip_grad_value_")) {
+    if (!detail::is_dense(g)) {
+      g.copy_(clamp(g, -clip_value, clip_value));
+      continue;
+    }
+    const int64_t n = g.numel();
+    dispatch_floating(g.dtype(), "clip_grad_value_", [&]<class T>() {
+      T* x = g.data<T>();
+      using A = acc_t<T>;
+      const A lo = static_cast<A>(-clip_value), hi = static_cast<A>(clip_value);
+      parallel_for(0, n, detail::kGrain, [=](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          const A v = static_cast<A>(x[k]);
+          x[k] = static_cast<T>(v < lo ? lo : (hi < v ? hi : v));
+        }
+      });
+    });
+  }
+}
+
+}  // namespace dltrain::optim

@@ -1,0 +1,62 @@
+// Helpers shared by the optim sources (not installed): memory-layout checks for the fused
+// CPU passes, and the u8 type tag that marks whose state a StateDict holds.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dltrain/core/error.hpp"
+#include "dltrain/core/state_dict.hpp"
+#include "dltrain/core/tensor.hpp"
+
+namespace dltrain::optim::detail {
+
+/// Elements per parallel_for chunk of the fused passes: big enough to amortise the pool
+/// hand-off, small enough to split a 2.4M-element ResNet-50 conv weight over 16 threads.
+constexpr int64_t kGrain = int64_t{1} << 15;
+
+/// True when t's elements fill [data_ptr, data_ptr + numel) exactly once (any dim order).
+inline bool is_dense(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return true;
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+/// True when a and b have one shape and equal strides on every dim of size > 1, so the
+/// same memory offset addresses the same logical element in both.
+inline bool same_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  }
+  return true;
+}
+
+/// A 1-d u8 tensor holding the bytes of `name`.
+inline Tensor type_tag(const std::string& name) {
+  return from_vector(std::vector<uint8_t>(name.begin(), name.end()));
+}
+
+/// The string stored by type_tag under `key`; throws naming `context` when it is absent or
+/// not a 1-d u8 tensor.
+inline std::string read_tag(const StateDict& state, const std::string& key, const char* context) {
+  const Tensor& t = state.at(key, context);
+  DLTRAIN_CHECK(t.dtype() == DType::u8 && t.dim() == 1, context, ": entry '", key,
+                "' should be a 1-d u8 type name but has dtype ", t.dtype(), " and shape ",
+                shape_str(t.shape()));
+  const auto bytes = t.to_vector<uint8_t>();
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace dltrain::optim::detail

@@ -1,0 +1,145 @@
+#include "dltrain/optim/sgd.hpp"
+
+#include <cmath>
+#include <type_traits>
+
+#include "common.hpp"
+#include "dltrain/core/parallel.hpp"
+
+namespace dltrain::optim {
+
+namespace {
+
+ParamGroup sgd_defaults(const SGDOptions& o) {
+  ParamGroup g;
+  g.lr = o.lr;
+  g.weight_decay = o.weight_decay;
+  g.momentum = o.momentum;
+  g.dampening = o.dampening;
+  g.nesterov = o.nesterov;
+  g.maximize = o.maximize;
+  return g;
+}
+
+// The fused update. The flags are template parameters so each variant's loop has no
+// branches and vectorises; `sign` is +-1 (exact) for maximize.
+template <class T, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T momentum, T one_minus_damp,
+                T sign) {
+  parallel_for(0, n, detail::kGrain, [=](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      T d = sign * g[k];
+      if constexpr (kDecay) d = d + wd * p[k];
+      if constexpr (kMomentum) {
+        T b;
+        if constexpr (kFirst) {
+          b = d;
+        } else {
+          b = momentum * buf[k] + one_minus_damp * d;
+        }
+        buf[k] = b;
+        if constexpr (kNesterov) {
+          d = d + momentum * b;
+        } else {
+          d = b;
+        }
+      }
+      p[k] = p[k] - lr * d;
+    }
+  });
+}
+
+template <class F>
+void with_flag(bool b, F&& f) {
+  if (b) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& options) : Optimizer(sgd_defaults(options)) {
+  ParamGroup g;
+  g.params = std::move(params);
+  init({std::move(g)});
+}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options)
+    : Optimizer(sgd_defaults(options)) {
+  init(std::move(groups));
+}
+
+void SGD::validate_group(const ParamGroup& group, int64_t g) const {
+  const double lr = *group.lr, momentum = *group.momentum, dampening = *group.dampening,
+               wd = *group.weight_decay;
+  DLTRAIN_CHECK(!std::isnan(lr), "SGD: param group ", g, " has no learning rate; SGD has no ",
+                "default lr (as in PyTorch): set SGDOptions::lr");
+  DLTRAIN_CHECK(lr >= 0.0 && std::isfinite(lr), "SGD: invalid learning rate ", lr,
+                " in param group ", g, " (must be finite and >= 0)");
+  DLTRAIN_CHECK(momentum >= 0.0 && std::isfinite(momentum), "SGD: invalid momentum ", momentum,
+                " in param group ", g, " (must be >= 0)");
+  DLTRAIN_CHECK(wd >= 0.0 && std::isfinite(wd), "SGD: invalid weight_decay ", wd,
+                " in param group ", g, " (must be >= 0)");
+  DLTRAIN_CHECK(std::isfinite(dampening), "SGD: invalid dampening ", dampening, " in param group ",
+                g);
+  DLTRAIN_CHECK(!*group.nesterov || (momentum > 0.0 && dampening == 0.0), "SGD: Nesterov ",
+                "momentum requires momentum > 0 and dampening == 0, but param group ", g,
+                " has momentum ", momentum, " and dampening ", dampening);
+}
+
+void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor& grad) {
+  if (static_cast<int64_t>(momentum_buffer_.size()) <= i) momentum_buffer_.resize(i + 1);
+  const double momentum = *group.momentum;
+  Tensor& buf = momentum_buffer_[i];
+  bool first = false;
+  if (momentum != 0.0 && !buf.defined()) {
+    buf = empty_state_like(param);
+    first = true;
+  }
+  const int64_t n = param.numel();
+  dispatch_floating(param.dtype(), "SGD::step", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      T* p = param.data<T>();
+      const T* g = grad.data<T>();
+      T* b = momentum != 0.0 ? buf.data<T>() : nullptr;
+      const T lr = static_cast<T>(*group.lr), wd = static_cast<T>(*group.weight_decay),
+              mom = static_cast<T>(momentum),
+              one_minus_damp = static_cast<T>(1.0 - *group.dampening),
+              sign = *group.maximize ? T(-1) : T(1);
+      with_flag(*group.weight_decay != 0.0, [&](auto decay) {
+        with_flag(momentum != 0.0, [&](auto use_mom) {
+          with_flag(first, [&](auto is_first) {
+            with_flag(*group.nesterov, [&](auto nesterov) {
+              sgd_kernel<T, decltype(decay)::value, decltype(use_mom)::value,
+                         decltype(is_first)::value, decltype(nesterov)::value>(
+                  p, g, b, n, lr, wd, mom, one_minus_damp, sign);
+            });
+          });
+        });
+      });
+    }
+  });
+}
+
+std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }
+
+void SGD::save_state(int64_t i, const std::string& prefix, StateDict& out) const {
+  if (i < static_cast<int64_t>(momentum_buffer_.size()) && momentum_buffer_[i].defined()) {
+    out.insert(prefix + "momentum_buffer", momentum_buffer_[i].clone(MemoryFormat::Contiguous));
+  }
+}
+
+void SGD::load_state(const StateDict& state, const std::vector<ParamGroup>& groups) {
+  std::vector<Tensor> bufs;
+  for (const auto& g : groups) {
+    for (const auto& p : g.params) {
+      const std::string key = "state." + std::to_string(bufs.size()) + ".momentum_buffer";
+      bufs.push_back(state.contains(key) ? load_buffer(state, key, p) : Tensor());
+    }
+  }
+  momentum_buffer_ = std::move(bufs);
+}
+
+}  // namespace dltrain::optim
