@@ -1,0 +1,103 @@
+// DataLoader: splits a sampler's order into batches and builds them with
+// Dataset::get_batch, synchronously or on background worker threads.
+//
+// Iterating a DataLoader (`for (const Batch& b : loader)`) runs one epoch: the
+// sampler's indices for the current epoch are cut into consecutive batches of
+// batch_size (the last one smaller unless drop_last), and batch k holds exactly
+// the indices k*batch_size ... of that order. With num_workers = 0 the consumer
+// builds each batch when it advances; with num_workers >= 1 that many threads build
+// batches ahead, at most num_workers * prefetch_factor in flight, and deliver them
+// in order, so the batches are identical to the synchronous ones. An exception
+// thrown while building a batch is rethrown to the consumer when it reaches that
+// batch; destroying the iterator (leaving the loop early) stops and joins the
+// workers. The loader itself is not modified by iteration.
+#pragma once
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include "dltrain/data/dataset.hpp"
+#include "dltrain/data/sampler.hpp"
+
+namespace dltrain::data {
+
+/// DataLoader configuration.
+struct DataLoaderOptions {
+  /// Samples per batch (> 0).
+  int64_t batch_size = 1;
+  /// Visit samples in a RandomSampler order (seeded by `seed`, reshuffled by set_epoch).
+  bool shuffle = false;
+  /// Drop the last batch when it has fewer than batch_size samples.
+  bool drop_last = false;
+  /// Seed of the shuffle order.
+  uint64_t seed = 0;
+  /// Background threads building batches; 0 builds them in the consuming thread.
+  int64_t num_workers = 0;
+  /// Batches each worker may have in flight ahead of the consumer (>= 1).
+  int64_t prefetch_factor = 2;
+};
+
+/// Batches of a Dataset in a Sampler's order. See the file comment.
+class DataLoader {
+  struct Epoch;
+
+ public:
+  /// Samples in order 0..N-1, or shuffled when options.shuffle. Throws dltrain::Error
+  /// when the dataset is null or empty, batch_size <= 0, num_workers < 0 or
+  /// prefetch_factor < 1.
+  DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = {});
+  /// Samples in `sampler`'s order (e.g. a DistributedSampler). options.shuffle must be
+  /// false (the sampler decides the order); the other checks are as above. (options has
+  /// no default so that `DataLoader(ds, {})` stays unambiguous.)
+  DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Sampler> sampler,
+             DataLoaderOptions options);
+
+  /// Input iterator over one epoch's batches; end() is the past-the-end sentinel.
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Batch*;
+    using reference = const Batch&;
+
+    Iterator() = default;
+    const Batch& operator*() const { return current_; }
+    const Batch* operator->() const { return &current_; }
+    /// Moves to the next batch; rethrows an error raised while building it.
+    Iterator& operator++();
+    /// Equal when both are past the end (or are the same position of one epoch).
+    bool operator==(const Iterator& o) const { return epoch_ == o.epoch_; }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(std::shared_ptr<Epoch> epoch);
+    std::shared_ptr<Epoch> epoch_;
+    Batch current_;
+  };
+
+  /// Starts an epoch with the current sampler order and returns its first batch.
+  Iterator begin() const;
+  Iterator end() const { return Iterator(); }
+
+  /// Number of batches per epoch.
+  int64_t size() const;
+  /// Selects the epoch (reshuffles deterministically when shuffling).
+  void set_epoch(int64_t epoch) { sampler_->set_epoch(epoch); }
+  int64_t epoch() const { return sampler_->epoch(); }
+  /// The index lists of this epoch's batches, in order (what iteration will build).
+  std::vector<std::vector<int64_t>> batch_indices() const;
+
+  const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
+  const std::shared_ptr<Sampler>& sampler() const { return sampler_; }
+  const DataLoaderOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<Dataset> dataset_;
+  std::shared_ptr<Sampler> sampler_;
+  DataLoaderOptions options_;
+};
+
+}  // namespace dltrain::data

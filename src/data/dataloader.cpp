@@ -1,0 +1,190 @@
+// DataLoader epochs, synchronous or with worker threads.
+//
+// An Epoch owns a snapshot of the batch index lists, so set_epoch() on the loader
+// during an iteration does not affect it. With workers, batch k is claimed by the
+// first free worker once k < delivered + capacity (capacity = num_workers *
+// prefetch_factor), built outside the lock, and parked in `ready` under its number;
+// the consumer waits for exactly the batch it needs next, so delivery is in order
+// whatever order the workers finish in. The destructor raises `stop`, wakes every
+// worker and joins them; a worker mid-batch finishes that batch first.
+#include "dltrain/data/dataloader.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/error.hpp"
+
+namespace dltrain::data {
+
+struct DataLoader::Epoch {
+  struct Slot {
+    Batch batch;
+    std::exception_ptr error;
+  };
+
+  std::shared_ptr<Dataset> dataset;
+  std::vector<std::vector<int64_t>> batches;
+  int64_t next = 0;  // next batch the consumer takes
+
+  // Worker state (unused when synchronous); everything below is guarded by mu.
+  std::mutex mu;
+  std::condition_variable work_cv, ready_cv;
+  int64_t claimed = 0;    // batches handed to workers so far
+  int64_t delivered = 0;  // batches taken by the consumer so far
+  int64_t capacity = 0;
+  bool stop = false;
+  std::map<int64_t, Slot> ready;
+  std::vector<std::thread> workers;
+
+  Epoch(std::shared_ptr<Dataset> ds, std::vector<std::vector<int64_t>> b, int64_t num_workers,
+        int64_t prefetch)
+      : dataset(std::move(ds)), batches(std::move(b)), capacity(num_workers * prefetch) {
+    if (num_workers == 0 || batches.empty()) return;
+    try {
+      for (int64_t w = 0; w < num_workers; ++w) workers.emplace_back([this] { work(); });
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+  }
+  ~Epoch() { shutdown(); }
+
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    work_cv.notify_all();
+    for (auto& t : workers) t.join();
+    workers.clear();
+  }
+
+  void work() {
+    autograd::NoGradGuard no_grad;
+    const int64_t total = static_cast<int64_t>(batches.size());
+    for (;;) {
+      int64_t k;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        work_cv.wait(lk,
+                     [&] { return stop || claimed >= total || claimed < delivered + capacity; });
+        if (stop || claimed >= total) return;
+        k = claimed++;
+      }
+      Slot s;
+      try {
+        s.batch = dataset->get_batch(batches[static_cast<size_t>(k)]);
+      } catch (...) {
+        s.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        ready.emplace(k, std::move(s));
+      }
+      ready_cv.notify_all();
+    }
+  }
+
+  // Stores batch `next` in `out` and advances; false past the last batch.
+  bool take(Batch& out) {
+    if (next >= static_cast<int64_t>(batches.size())) return false;
+    const int64_t k = next++;
+    if (workers.empty()) {
+      out = dataset->get_batch(batches[static_cast<size_t>(k)]);
+      return true;
+    }
+    Slot s;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      ready_cv.wait(lk, [&] { return ready.count(k) != 0; });
+      auto it = ready.find(k);
+      s = std::move(it->second);
+      ready.erase(it);
+      delivered = k + 1;
+    }
+    work_cv.notify_all();
+    if (s.error) std::rethrow_exception(s.error);
+    out = std::move(s.batch);
+    return true;
+  }
+};
+
+namespace {
+void check_options(const std::shared_ptr<Dataset>& dataset, const DataLoaderOptions& o) {
+  DLTRAIN_CHECK(dataset != nullptr, "DataLoader: the dataset is null");
+  DLTRAIN_CHECK(dataset->size() > 0,
+                "DataLoader: the dataset is empty (size 0); check that it "
+                "loaded the files you expected");
+  DLTRAIN_CHECK(o.batch_size > 0, "DataLoader: batch_size must be > 0, got ", o.batch_size);
+  DLTRAIN_CHECK(o.num_workers >= 0,
+                "DataLoader: num_workers must be >= 0 (0 = build batches in "
+                "the calling thread), got ",
+                o.num_workers);
+  DLTRAIN_CHECK(o.prefetch_factor >= 1, "DataLoader: prefetch_factor must be >= 1, got ",
+                o.prefetch_factor);
+}
+
+std::shared_ptr<Sampler> default_sampler(const std::shared_ptr<Dataset>& dataset,
+                                         const DataLoaderOptions& o) {
+  check_options(dataset, o);
+  if (o.shuffle) return std::make_shared<RandomSampler>(dataset->size(), o.seed);
+  return std::make_shared<SequentialSampler>(dataset->size());
+}
+}  // namespace
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  sampler_ = default_sampler(dataset_, options_);
+}
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Sampler> sampler,
+                       DataLoaderOptions options)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
+  check_options(dataset_, options_);
+  DLTRAIN_CHECK(sampler_ != nullptr, "DataLoader: the sampler is null");
+  DLTRAIN_CHECK(!options_.shuffle,
+                "DataLoader: shuffle = true conflicts with an explicit "
+                "sampler (the sampler decides the order); set shuffle = false");
+}
+
+int64_t DataLoader::size() const {
+  const int64_t n = sampler_->size(), bs = options_.batch_size;
+  return options_.drop_last ? n / bs : (n + bs - 1) / bs;
+}
+
+std::vector<std::vector<int64_t>> DataLoader::batch_indices() const {
+  const std::vector<int64_t> order = sampler_->indices();
+  const size_t bs = static_cast<size_t>(options_.batch_size);
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(order.size() / bs + 1);
+  for (size_t b = 0; b < order.size(); b += bs) {
+    const size_t e = std::min(order.size(), b + bs);
+    if (options_.drop_last && e - b < bs) break;
+    out.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(b),
+                     order.begin() + static_cast<std::ptrdiff_t>(e));
+  }
+  return out;
+}
+
+DataLoader::Iterator DataLoader::begin() const {
+  return Iterator(std::make_shared<Epoch>(dataset_, batch_indices(), options_.num_workers,
+                                          options_.prefetch_factor));
+}
+
+DataLoader::Iterator::Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)) { ++*this; }
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  if (!epoch_) return *this;
+  if (!epoch_->take(current_)) {
+    epoch_.reset();
+    current_ = Batch{};
+  }
+  return *this;
+}
+
+}  // namespace dltrain::data
