@@ -1,7 +1,14 @@
-// CPU allocation for Storage; CUDA allocation is delegated to the backend.
+// CPU allocation for Storage (with the block cache); CUDA allocation is delegated to the
+// backend.
 #include "dltrain/core/storage.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <new>
+#include <string>
 
 #include "dltrain/core/error.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
@@ -9,19 +16,96 @@
 namespace dltrain {
 
 namespace {
+
 constexpr std::align_val_t kAlign{64};
+constexpr size_t kCacheMin = size_t{256} << 10;
+
+// Size classes: a multiple of 1/8 of the largest power of two <= n (at least 64 KiB), so a
+// block serves any request that rounds to its class and waste stays under 12.5%.
+size_t size_class(size_t n) {
+  size_t p = size_t{1} << (63 - __builtin_clzll(n));
+  size_t step = std::max<size_t>(p / 8, size_t{64} << 10);
+  return (n + step - 1) / step * step;
 }
+
+void* raw_alloc(size_t n) {
+  try {
+    return ::operator new(n, kAlign);
+  } catch (const std::bad_alloc&) {
+    DLTRAIN_FAIL("out of CPU memory: could not allocate ", n,
+                 " bytes; reduce the batch size or the model size");
+  }
+}
+
+struct BlockCache {
+  std::mutex mu;
+  std::multimap<size_t, void*> blocks;  // class size -> free block
+  size_t cached = 0;
+  size_t limit = size_t{2} << 30;
+
+  BlockCache() {
+    if (const char* env = std::getenv("DLTRAIN_CPU_CACHE_MB")) {
+      try {
+        limit = static_cast<size_t>(std::stoull(env)) << 20;
+      } catch (const std::exception&) {
+        DLTRAIN_FAIL("DLTRAIN_CPU_CACHE_MB='", env,
+                     "' is not a number of MiB; unset it or set e.g. 2048 (0 disables the cache)");
+      }
+    }
+  }
+
+  void* take(size_t cls) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = blocks.find(cls);
+    if (it == blocks.end()) return nullptr;
+    void* p = it->second;
+    blocks.erase(it);
+    cached -= cls;
+    return p;
+  }
+
+  void give(void* p, size_t cls) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (cached + cls <= limit) {
+        blocks.emplace(cls, p);
+        cached += cls;
+        return;
+      }
+    }
+    ::operator delete(p, kAlign);
+  }
+
+  void trim(size_t keep) {
+    std::lock_guard<std::mutex> lock(mu);
+    while (cached > keep && !blocks.empty()) {
+      auto it = std::prev(blocks.end());  // largest first
+      ::operator delete(it->second, kAlign);
+      cached -= it->first;
+      blocks.erase(it);
+    }
+  }
+};
+
+// Never destroyed: storages freed during static destruction still find it.
+BlockCache& cache() {
+  static BlockCache* c = new BlockCache();
+  return *c;
+}
+
+}  // namespace
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {
-    void* p = nullptr;
-    try {
-      p = ::operator new(nbytes == 0 ? 1 : nbytes, kAlign);
-    } catch (const std::bad_alloc&) {
-      DLTRAIN_FAIL("out of CPU memory: could not allocate ", nbytes,
-                   " bytes; reduce the batch size or the model size");
+    if (nbytes < kCacheMin) {
+      data_ = std::shared_ptr<void>(raw_alloc(nbytes == 0 ? 1 : nbytes),
+                                    [](void* q) { ::operator delete(q, kAlign); });
+      return;
     }
-    data_ = std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, kAlign); });
+    const size_t cls = size_class(nbytes);
+    void* p = cache().take(cls);
+    if (p == nullptr) p = raw_alloc(cls);
+    data_ = std::shared_ptr<void>(p, [cls](void* q) { cache().give(q, cls); });
   } else {
     void* p = backend::cuda::allocate(nbytes, device);
     data_ = std::shared_ptr<void>(p, [device](void* q) { backend::cuda::deallocate(q, device); });
@@ -30,5 +114,20 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data, std::move(deleter)), nbytes_(nbytes), device_(device) {}
+
+size_t cpu_cached_bytes() {
+  std::lock_guard<std::mutex> lock(cache().mu);
+  return cache().cached;
+}
+
+void cpu_empty_cache() { cache().trim(0); }
+
+void set_cpu_cache_limit(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(cache().mu);
+    cache().limit = bytes;
+  }
+  cache().trim(bytes);
+}
 
 }  // namespace dltrain

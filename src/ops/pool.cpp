@@ -13,6 +13,8 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
@@ -85,30 +87,47 @@ void dispatch_compute(DType ct, const char* op, F&& f) {
 template <class T>
 void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
   const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  // The part of each window inside the input, by output row / column, computed once, so the
+  // inner loop has no bounds tests and a branch-free (cmov) running max.
+  auto clip = [](int64_t start, int64_t k, int64_t d, int64_t n) {
+    int64_t lo = 0, hi = k;
+    while (lo < hi && start + lo * d < 0) ++lo;
+    while (hi > lo && start + (hi - 1) * d >= n) --hi;
+    return std::pair<int64_t, int64_t>(lo, hi);
+  };
+  std::vector<std::pair<int64_t, int64_t>> rows(static_cast<size_t>(s.Ho)),
+      cols(static_cast<size_t>(s.Wo));
+  for (int64_t oh = 0; oh < s.Ho; ++oh) rows[oh] = clip(oh * s.s.h - s.p.h, s.k.h, s.d.h, s.H);
+  for (int64_t ow = 0; ow < s.Wo; ++ow) cols[ow] = clip(ow * s.s.w - s.p.w, s.k.w, s.d.w, s.W);
   parallel_for(0, s.planes(), plane_grain(L * s.k.h * s.k.w), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const T* xp = x + pl * HW;
+      T* yp = y + pl * L;
+      int64_t* ip = idx + pl * L;
       for (int64_t oh = 0; oh < s.Ho; ++oh) {
         const int64_t hs = oh * s.s.h - s.p.h;
+        const auto [i0, i1] = rows[oh];
         for (int64_t ow = 0; ow < s.Wo; ++ow) {
           const int64_t ws = ow * s.s.w - s.p.w;
+          const auto [j0, j1] = cols[ow];
           T best = -std::numeric_limits<T>::infinity();
           int64_t bi = -1;
-          for (int64_t i = 0; i < s.k.h; ++i) {
-            const int64_t ih = hs + i * s.d.h;
-            if (ih < 0 || ih >= s.H) continue;
-            for (int64_t j = 0; j < s.k.w; ++j) {
-              const int64_t iw = ws + j * s.d.w;
-              if (iw < 0 || iw >= s.W) continue;
-              const T v = xp[ih * s.W + iw];
-              if (v > best || std::isnan(v) || bi < 0) {
-                best = v;
-                bi = ih * s.W + iw;
-              }
+          if (i0 < i1 && j0 < j1) {
+            bi = (hs + i0 * s.d.h) * s.W + ws + j0 * s.d.w;
+            best = xp[bi];
+          }
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t row = (hs + i * s.d.h) * s.W;
+            for (int64_t j = j0; j < j1; ++j) {
+              const int64_t at = row + ws + j * s.d.w;
+              const T v = xp[at];
+              const bool take = v > best || v != v;  // NaN propagates, as PyTorch
+              best = take ? v : best;
+              bi = take ? at : bi;
             }
           }
-          y[pl * L + oh * s.Wo + ow] = best;
-          idx[pl * L + oh * s.Wo + ow] = bi;
+          yp[oh * s.Wo + ow] = best;
+          ip[oh * s.Wo + ow] = bi;
         }
       }
     }

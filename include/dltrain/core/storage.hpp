@@ -1,8 +1,11 @@
 // Storage: a reference-counted, 64-byte-aligned buffer on one device.
 //
 // Tensors are views over a Storage (shape, strides, offset); several tensors
-// may share one. The buffer is freed when the last owner goes away. CPU memory
-// comes from aligned operator new; CUDA memory from the backend's
+// may share one. The buffer is released when the last owner goes away. CPU blocks
+// of 256 KiB and more go back to a size-class cache and are reused by the next
+// allocation of the same class (training allocates the same activation sizes every
+// step; without the cache each step pays page faults on fresh memory); smaller
+// blocks come from aligned operator new. CUDA memory comes from the backend's
 // stream-ordered pool (a build without CUDA raises a clear error instead).
 #pragma once
 
@@ -35,5 +38,12 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
 };
+
+/// Bytes currently held in the CPU block cache (freed blocks kept for reuse).
+size_t cpu_cached_bytes();
+/// Returns every cached CPU block to the system.
+void cpu_empty_cache();
+/// Caps the CPU block cache (default 2 GiB, or DLTRAIN_CPU_CACHE_MB); 0 disables caching.
+void set_cpu_cache_limit(size_t bytes);
 
 }  // namespace dltrain
