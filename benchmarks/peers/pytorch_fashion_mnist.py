@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""PyTorch peer of examples/fashion_mnist: the same CNN (conv-BN-ReLU-pool x2, linear),
+initialisation (PyTorch defaults), SGD (nesterov momentum, weight decay), OneCycleLR,
+batch size, normalisation, drop_last shuffling and evaluation, timed the same way
+(per-epoch training time, img/s). Batches are sliced from in-memory tensors (PyTorch's
+fastest path; a DataLoader over a TensorDataset would be slower).
+
+    /usr/bin/python3 benchmarks/peers/pytorch_fashion_mnist.py --threads 2 --json pt.json \
+        [--compare dl.json]   # dl.json from: fashion_mnist --json dl.json
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(root, split):
+    def find(stem):
+        for name in (stem, stem + ".gz"):
+            if os.path.exists(os.path.join(root, name)):
+                return os.path.join(root, name)
+        raise SystemExit(f"missing {stem}[.gz] in {root}")
+    x = read_idx(find(f"{split}-images-idx3-ubyte"))
+    y = read_idx(find(f"{split}-labels-idx1-ubyte"))
+    x = (torch.from_numpy(x.copy()).float().div_(255.0).sub_(0.2860).div_(0.3530)).unsqueeze(1)
+    return x, torch.from_numpy(y.astype(np.int64))
+
+
+def make_model():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--wd", type=float, default=5e-4)
+    p.add_argument("--mom", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--test", action="store_true")
+    p.add_argument("--test-nsteps", type=int, default=50)
+    p.add_argument("--json")
+    p.add_argument("--compare", help="dltrain JSON report to compare with")
+    a = p.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    xtr, ytr = load(a.data, "train")
+    xte, yte = load(a.data, "t10k")
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.mom, weight_decay=a.wd,
+                          nesterov=True)
+    steps_per_epoch = len(xtr) // a.batch_size
+    total = a.test_nsteps if a.test else steps_per_epoch * a.epochs
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, a.lr, total_steps=total)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    reports, step, done = [], 0, False
+    fwd, bwd = [], []
+    for epoch in range(a.epochs):
+        if done:
+            break
+        model.train()
+        g = torch.Generator().manual_seed(a.seed * 1000 + epoch)
+        perm = torch.randperm(len(xtr), generator=g)
+        t_epoch = time.perf_counter()
+        loss_sum, seen, nb = 0.0, 0, 0
+        for b in range(steps_per_epoch):
+            idx = perm[b * a.batch_size:(b + 1) * a.batch_size]
+            x, y = xtr[idx], ytr[idx]
+            t1 = time.perf_counter()
+            loss = F.cross_entropy(model(x), y)
+            t2 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            l = loss.item()
+            t3 = time.perf_counter()
+            fwd.append(t2 - t1)
+            bwd.append(t3 - t2)
+            loss_sum += l
+            seen += len(idx)
+            nb += 1
+            step += 1
+            if a.test and step >= a.test_nsteps:
+                done = True
+                break
+        train_time = time.perf_counter() - t_epoch
+        model.eval()
+        correct, test_loss = 0, 0.0
+        with torch.no_grad():
+            for s in range(0, len(xte), 1000):
+                logits = model(xte[s:s + 1000])
+                test_loss += F.cross_entropy(logits, yte[s:s + 1000], reduction="sum").item()
+                correct += (logits.argmax(1) == yte[s:s + 1000]).sum().item()
+        r = dict(epoch=epoch + 1, time_s=train_time, train_loss=loss_sum / nb,
+                 test_loss=test_loss / len(xte), test_acc=100.0 * correct / len(xte),
+                 img_per_s=seen / train_time)
+        reports.append(r)
+        print("epoch %d/%d  time %.1f s  train loss %.4f  test loss %.4f  test acc %.2f%%  "
+              "throughput %.0f img/s" % (r["epoch"], a.epochs, r["time_s"], r["train_loss"],
+                                         r["test_loss"], r["test_acc"], r["img_per_s"]))
+    med = lambda v: sorted(v)[len(v) // 2] * 1e3
+    out = dict(framework="pytorch " + torch.__version__, threads=torch.get_num_threads(),
+               batch_size=a.batch_size, steps=len(fwd),
+               step_ms=dict(forward=med(fwd), backward=med(bwd)), epochs=reports)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=2)
+    if a.compare:
+        dl = json.load(open(a.compare))
+        print(f"\n{'':24}{'dltrain':>12}{'pytorch':>12}{'ratio':>8}")
+        rows = [("forward ms (median)", dl["step_ms"]["forward"], out["step_ms"]["forward"]),
+                ("backward+step ms", dl["step_ms"]["backward"], out["step_ms"]["backward"])]
+        for d, t in zip(dl["epochs"], out["epochs"]):
+            rows.append((f"epoch {d['epoch']} img/s", d["img_per_s"], t["img_per_s"]))
+            rows.append((f"epoch {d['epoch']} test acc %", d["test_acc"], t["test_acc"]))
+        for name, d, t in rows:
+            print(f"{name:24}{d:12.2f}{t:12.2f}{d / t:8.2f}")
+        print("(ratio = dltrain / pytorch: higher is better for img/s and accuracy, "
+              "lower for ms)")
+
+
+if __name__ == "__main__":
+    main()

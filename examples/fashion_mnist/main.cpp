@@ -1,0 +1,286 @@
+// Fashion-MNIST with a small CNN (conv-BN-ReLU-pool x2, linear), trained on the CPU with
+// SGD + momentum and a OneCycle learning-rate schedule, in the style of the IDRIS
+// "Deep Learning Optimise" training script: the same flags, per-epoch validation, a
+// chronometer of per-step data / forward / backward+step times, and a JSON report.
+//
+//   fashion_mnist [--data DIR] [--batch-size 128] [--epochs 3] [--lr 0.1] [--wd 5e-4]
+//                 [--mom 0.9] [--seed 0] [--threads N] [--test] [--test-nsteps 50]
+//                 [--json PATH]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dltrain/data/dataloader.hpp"
+#include "dltrain/data/vision.hpp"
+#include "dltrain/dltrain.hpp"
+#include "dltrain/optim/scheduler.hpp"
+#include "dltrain/optim/sgd.hpp"
+
+using namespace dltrain;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  int64_t batch_size = 128;
+  int64_t epochs = 3;
+  double lr = 0.1;
+  double wd = 5e-4;
+  double mom = 0.9;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool test = false;
+  int64_t test_nsteps = 50;
+  std::string json;
+};
+
+[[noreturn]] void usage(const char* msg) {
+  std::fprintf(stderr,
+               "fashion_mnist: %s\nusage: fashion_mnist [--data DIR] [--batch-size N] "
+               "[--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] [--threads N] [--test] "
+               "[--test-nsteps N] [--json PATH]\n",
+               msg);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
+      return argv[++i];
+    };
+    try {
+      if (k == "--data")
+        a.data = val();
+      else if (k == "--batch-size")
+        a.batch_size = std::stoll(val());
+      else if (k == "--epochs")
+        a.epochs = std::stoll(val());
+      else if (k == "--lr")
+        a.lr = std::stod(val());
+      else if (k == "--wd")
+        a.wd = std::stod(val());
+      else if (k == "--mom")
+        a.mom = std::stod(val());
+      else if (k == "--seed")
+        a.seed = std::stoull(val());
+      else if (k == "--threads")
+        a.threads = std::stoi(val());
+      else if (k == "--test")
+        a.test = true;
+      else if (k == "--test-nsteps")
+        a.test_nsteps = std::stoll(val());
+      else if (k == "--json")
+        a.json = val();
+      else if (k == "-h" || k == "--help")
+        usage("help");
+      else
+        usage(("unknown flag " + k).c_str());
+    } catch (const std::logic_error&) {
+      usage(("bad value for " + k).c_str());
+    }
+  }
+  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0) {
+    usage("--batch-size, --epochs and --test-nsteps must be positive");
+  }
+  return a;
+}
+
+// conv(1->32)-BN-ReLU-pool, conv(32->64)-BN-ReLU-pool, linear(64*7*7 -> 10).
+std::shared_ptr<nn::Sequential> make_model() {
+  nn::Conv2dOptions c;
+  c.padding = 1;
+  c.bias = false;  // BN follows
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Conv2d>(1, 32, 3, c))
+      .push_back(std::make_shared<nn::BatchNorm2d>(32))
+      .push_back(std::make_shared<nn::ReLU>())
+      .push_back(std::make_shared<nn::MaxPool2d>(2))
+      .push_back(std::make_shared<nn::Conv2d>(32, 64, 3, c))
+      .push_back(std::make_shared<nn::BatchNorm2d>(64))
+      .push_back(std::make_shared<nn::ReLU>())
+      .push_back(std::make_shared<nn::MaxPool2d>(2))
+      .push_back(std::make_shared<nn::Flatten>())
+      .push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 10));
+  return m;
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// min / median / mean / std of a list of step times (seconds), the chronometer's summary.
+struct Stats {
+  double min = 0, median = 0, mean = 0, std = 0;
+};
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.min = v.front();
+  s.median = v[v.size() / 2];
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(s.std / static_cast<double>(v.size()));
+  return s;
+}
+
+struct EpochReport {
+  int64_t epoch;
+  double train_time, train_loss, test_loss, test_acc, throughput;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  try {
+    if (args.threads > 0) set_num_threads(args.threads);
+    manual_seed(args.seed);
+    data::ImageOptions norm{{0.2860f}, {0.3530f}};
+    auto t_load = Clock::now();
+    auto train_set = std::make_shared<data::MNIST>(args.data, true, norm);
+    auto test_set = std::make_shared<data::MNIST>(args.data, false, norm);
+    std::printf(
+        "Fashion-MNIST from %s: %lld train, %lld test images (loaded in %.2f s), %d threads\n",
+        args.data.c_str(), static_cast<long long>(train_set->size()),
+        static_cast<long long>(test_set->size()), seconds(t_load, Clock::now()), get_num_threads());
+
+    data::DataLoaderOptions lo;
+    lo.batch_size = args.batch_size;
+    lo.shuffle = true;
+    lo.drop_last = true;
+    lo.seed = args.seed;
+    data::DataLoader train_loader(train_set, lo);
+    data::DataLoaderOptions to;
+    to.batch_size = 1000;
+    data::DataLoader test_loader(test_set, to);
+
+    auto model = make_model();
+    std::printf("model: %lld parameters\n%s\n", static_cast<long long>(model->num_parameters()),
+                model->str().c_str());
+    optim::SGD opt(
+        model->parameters(),
+        {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd, .nesterov = true});
+    int64_t steps_per_epoch = train_loader.size();
+    int64_t total_steps = args.test ? args.test_nsteps : steps_per_epoch * args.epochs;
+    optim::OneCycleLR sched(opt, args.lr, total_steps);
+    nn::CrossEntropyLoss criterion;
+
+    std::vector<double> t_data, t_fwd, t_bwd;
+    std::vector<EpochReport> reports;
+    int64_t step = 0;
+    bool done = false;
+    for (int64_t epoch = 0; epoch < args.epochs && !done; ++epoch) {
+      model->train();
+      train_loader.set_epoch(epoch);
+      double loss_sum = 0;
+      int64_t seen = 0, nb = 0;
+      auto t_epoch = Clock::now();
+      auto t0 = Clock::now();
+      for (const data::Batch& b : train_loader) {
+        auto t1 = Clock::now();
+        Tensor loss = criterion(model->forward(b.data), b.target);
+        auto t2 = Clock::now();
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        sched.step();
+        double l = loss.item<double>();
+        auto t3 = Clock::now();
+        t_data.push_back(seconds(t0, t1));
+        t_fwd.push_back(seconds(t1, t2));
+        t_bwd.push_back(seconds(t2, t3));
+        loss_sum += l;
+        seen += b.size();
+        ++nb;
+        ++step;
+        if (nb % std::max<int64_t>(1, steps_per_epoch / 10) == 0 || args.test) {
+          if (!args.test || step % 10 == 0) {
+            std::printf("  epoch %lld step %lld/%lld loss %.4f lr %.4f\n",
+                        static_cast<long long>(epoch + 1), static_cast<long long>(nb),
+                        static_cast<long long>(steps_per_epoch), l, sched.get_last_lr()[0]);
+            std::fflush(stdout);
+          }
+        }
+        if (args.test && step >= args.test_nsteps) {
+          done = true;
+          break;
+        }
+        t0 = Clock::now();
+      }
+      double train_time = seconds(t_epoch, Clock::now());
+
+      model->eval();
+      double test_loss = 0;
+      int64_t correct = 0, total = 0;
+      {
+        NoGradGuard ng;
+        for (const data::Batch& b : test_loader) {
+          Tensor logits = model->forward(b.data);
+          CrossEntropyOptions sum_opts;
+          sum_opts.reduction = Reduction::Sum;
+          test_loss += cross_entropy(logits, b.target, sum_opts).item<double>();
+          correct += static_cast<int64_t>(
+              sum(eq(argmax(logits, 1), b.target).to(DType::i64)).item<double>());
+          total += b.size();
+        }
+      }
+      EpochReport r{epoch + 1,
+                    train_time,
+                    loss_sum / static_cast<double>(nb),
+                    test_loss / static_cast<double>(total),
+                    100.0 * static_cast<double>(correct) / static_cast<double>(total),
+                    static_cast<double>(seen) / train_time};
+      reports.push_back(r);
+      std::printf(
+          "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
+          "test acc %.2f%%  throughput %.0f img/s\n",
+          static_cast<long long>(r.epoch), static_cast<long long>(args.epochs), r.train_time,
+          r.train_loss, r.test_loss, r.test_acc, r.throughput);
+      std::fflush(stdout);
+    }
+
+    Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
+    std::printf("chronometer over %zu steps (ms): %-18s %8s %8s %8s\n", t_fwd.size(), "", "min",
+                "median", "std");
+    auto row = [](const char* name, const Stats& s) {
+      std::printf("  %-44s %8.2f %8.2f %8.2f\n", name, 1e3 * s.min, 1e3 * s.median, 1e3 * s.std);
+    };
+    row("data loading", sd);
+    row("forward (incl. loss)", sf);
+    row("backward + optimizer step", sb);
+
+    if (!args.json.empty()) {
+      std::ofstream js(args.json);
+      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
+      js << "{\n  \"framework\": \"dltrain\",\n  \"threads\": " << get_num_threads()
+         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"steps\": " << t_fwd.size()
+         << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
+         << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
+         << "},\n  \"epochs\": [";
+      for (size_t i = 0; i < reports.size(); ++i) {
+        const auto& r = reports[i];
+        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
+           << ", \"time_s\": " << r.train_time << ", \"train_loss\": " << r.train_loss
+           << ", \"test_loss\": " << r.test_loss << ", \"test_acc\": " << r.test_acc
+           << ", \"img_per_s\": " << r.throughput << "}";
+      }
+      js << "\n  ]\n}\n";
+      std::printf("wrote %s\n", args.json.c_str());
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
