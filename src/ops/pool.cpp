@@ -99,11 +99,52 @@ void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
       cols(static_cast<size_t>(s.Wo));
   for (int64_t oh = 0; oh < s.Ho; ++oh) rows[oh] = clip(oh * s.s.h - s.p.h, s.k.h, s.d.h, s.H);
   for (int64_t ow = 0; ow < s.Wo; ++ow) cols[ow] = clip(ow * s.s.w - s.p.w, s.k.w, s.d.w, s.W);
+  const bool k2s2 = s.k == Int2(2) && s.s == Int2(2) && s.p == Int2(0) && s.d == Int2(1);
   parallel_for(0, s.planes(), plane_grain(L * s.k.h * s.k.w), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const T* xp = x + pl * HW;
       T* yp = y + pl * L;
       int64_t* ip = idx + pl * L;
+      if (k2s2) {  // the common 2x2/2 pool: straight-line selects the compiler can vectorise
+        // Locals, not s.*: the int64 index stores could alias PoolShape's fields.
+        const int64_t W = s.W, Ho = s.Ho, Wo = s.Wo;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const T* r0 = xp + 2 * oh * W;
+          const T* r1 = r0 + W;
+          T* yr = yp + oh * Wo;
+          int64_t* ir = ip + oh * Wo;
+          const int64_t base = 2 * oh * W;
+          bool nan = false;
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1];
+            const int64_t at = base + 2 * ow;
+            T m = a;
+            int64_t off = 0;
+            off = b > m ? 1 : off;
+            m = b > m ? b : m;
+            off = c > m ? W : off;
+            m = c > m ? c : m;
+            off = e > m ? W + 1 : off;
+            m = e > m ? e : m;
+            yr[ow] = m;
+            ir[ow] = at + off;
+            nan |= (a != a) | (b != b) | (c != c) | (e != e);
+          }
+          if (!nan) continue;
+          // A NaN propagates (the last one wins), as in the general loop below.
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t offs[4] = {0, 1, W, W + 1};
+            for (int64_t q = 0; q < 4; ++q) {
+              const T v = r0[2 * ow + offs[q]];
+              if (v != v) {
+                yr[ow] = v;
+                ir[ow] = base + 2 * ow + offs[q];
+              }
+            }
+          }
+        }
+        continue;
+      }
       for (int64_t oh = 0; oh < s.Ho; ++oh) {
         const int64_t hs = oh * s.s.h - s.p.h;
         const auto [i0, i1] = rows[oh];

@@ -230,3 +230,44 @@ TEST_CASE("pool errors name the op", "[ops][pool][errors]") {
   REQUIRE_THROWS_WITH(adaptive_avg_pool2d(x, {0, 2}), Contains("adaptive_avg_pool2d"));
   REQUIRE_THROWS_WITH(adaptive_avg_pool2d(zeros({2, 4}), 2), Contains("adaptive_avg_pool2d"));
 }
+
+TEST_CASE("max_pool2d 2x2/2 fast path: ties pick the first, NaN propagates (last NaN)",
+          "[ops][pool]") {
+  // Small integers make many ties; odd sizes leave a dropped last row/column.
+  Generator g(5);
+  Tensor x = randint(0, 3, {2, 3, 7, 9}, DType::i64, &g).to(DType::f32);
+  float* p = x.data<float>();
+  p[9] = NAN;  // row 1, col 0: window (0, 0)
+  p[1] = NAN;  // row 0, col 1: the same window, an earlier NaN (the later one wins)
+  p[2 * 63 + 5 * 9 + 3] = NAN;
+  auto [y, idx] = max_pool2d_with_indices(x, 2);
+  REQUIRE(y.shape() == Shape{2, 3, 3, 4});
+  const float* yp = y.data<float>();
+  const int64_t* ip = idx.data<int64_t>();
+  for (int64_t pl = 0; pl < 6; ++pl) {
+    for (int64_t oh = 0; oh < 3; ++oh) {
+      for (int64_t ow = 0; ow < 4; ++ow) {
+        float best = -INFINITY;
+        int64_t bi = -1;
+        for (int64_t i = 0; i < 2; ++i) {
+          for (int64_t j = 0; j < 2; ++j) {
+            int64_t at = (2 * oh + i) * 9 + 2 * ow + j;
+            float v = p[pl * 63 + at];
+            if (bi < 0 || v > best || std::isnan(v)) {
+              best = v;
+              bi = at;
+            }
+          }
+        }
+        int64_t o = pl * 12 + oh * 4 + ow;
+        INFO("plane " << pl << " out " << oh << "," << ow);
+        REQUIRE(ip[o] == bi);
+        if (std::isnan(best)) {
+          REQUIRE(std::isnan(yp[o]));
+        } else {
+          REQUIRE(yp[o] == best);
+        }
+      }
+    }
+  }
+}
