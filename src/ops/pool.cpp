@@ -84,6 +84,11 @@ void dispatch_compute(DType ct, const char* op, F&& f) {
 
 // --- max ---------------------------------------------------------------------------
 
+// The 2x2, stride 2, unpadded pool of most CNNs has its own straight-line kernels.
+bool is_k2s2(const PoolShape& s) {
+  return s.k == Int2(2) && s.s == Int2(2) && s.p == Int2(0) && s.d == Int2(1);
+}
+
 template <class T>
 void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
   const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
@@ -99,7 +104,7 @@ void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
       cols(static_cast<size_t>(s.Wo));
   for (int64_t oh = 0; oh < s.Ho; ++oh) rows[oh] = clip(oh * s.s.h - s.p.h, s.k.h, s.d.h, s.H);
   for (int64_t ow = 0; ow < s.Wo; ++ow) cols[ow] = clip(ow * s.s.w - s.p.w, s.k.w, s.d.w, s.W);
-  const bool k2s2 = s.k == Int2(2) && s.s == Int2(2) && s.p == Int2(0) && s.d == Int2(1);
+  const bool k2s2 = is_k2s2(s);
   parallel_for(0, s.planes(), plane_grain(L * s.k.h * s.k.w), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       const T* xp = x + pl * HW;
@@ -175,9 +180,37 @@ void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
   });
 }
 
+// gx must be zero-filled by the caller, except for the 2x2/2 pool (disjoint windows), whose
+// backward writes every element of gx itself.
 template <class T>
 void max_backward(const T* gy, const int64_t* idx, T* gx, const PoolShape& s) {
   const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
+  if (is_k2s2(s)) {
+    const int64_t W = s.W, H = s.H, Ho = s.Ho, Wo = s.Wo;
+    parallel_for(0, s.planes(), plane_grain(4 * L), [&](int64_t p0, int64_t p1) {
+      for (int64_t pl = p0; pl < p1; ++pl) {
+        T* g = gx + pl * HW;
+        const T* gp = gy + pl * L;
+        const int64_t* ip = idx + pl * L;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          T* r0 = g + 2 * oh * W;
+          T* r1 = r0 + W;
+          const int64_t base = 2 * oh * W;
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t at = ip[oh * Wo + ow] - base - 2 * ow;  // 0, 1, W or W + 1
+            const T v = gp[oh * Wo + ow];
+            r0[2 * ow] = at == 0 ? v : T(0);
+            r0[2 * ow + 1] = at == 1 ? v : T(0);
+            r1[2 * ow] = at == W ? v : T(0);
+            r1[2 * ow + 1] = at == W + 1 ? v : T(0);
+          }
+          for (int64_t w = 2 * Wo; w < W; ++w) r0[w] = r1[w] = T(0);  // odd width
+        }
+        for (int64_t h = 2 * Ho; h < H; ++h) std::fill(g + h * W, g + (h + 1) * W, T(0));
+      }
+    });
+    return;
+  }
   parallel_for(0, s.planes(), plane_grain(L), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl)
       for (int64_t o = 0; o < L; ++o)
@@ -316,7 +349,8 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
                    [idx, s, dt, fmt](const std::vector<Tensor>& g) {
                      const DType ct = compute_type(dt);
                      Tensor gy = prepared(g[0], ct);
-                     Tensor gx = zeros({s.N, s.C, s.H, s.W}, TensorOptions(ct));
+                     Tensor gx = is_k2s2(s) ? empty({s.N, s.C, s.H, s.W}, TensorOptions(ct))
+                                            : zeros({s.N, s.C, s.H, s.W}, TensorOptions(ct));
                      dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
                        max_backward<T>(static_cast<const T*>(gy.data_ptr()),
                                        static_cast<const int64_t*>(idx.data_ptr()),

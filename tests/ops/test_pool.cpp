@@ -180,6 +180,8 @@ TEST_CASE("pool gradients", "[ops][pool][grad]") {
   set_num_threads(2);
   SECTION("max_pool2d") {
     gradcheck([](const V& v) { return max_pool2d(v[0], 2); }, {leaf({2, 2, 4, 4}, 1)});
+    // Odd sizes: the 2x2/2 backward must zero the uncovered last row and column itself.
+    gradcheck([](const V& v) { return max_pool2d(v[0], 2); }, {leaf({2, 2, 5, 7}, 9)});
     gradcheck([](const V& v) { return max_pool2d(v[0], 3, 2, 1, 1, true); },
               {leaf({1, 2, 6, 5}, 2)});
     gradcheck(

@@ -22,7 +22,7 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   /// Optional per-class weights [C].
-  Tensor weight;
+  Tensor weight = Tensor();
 };
 
 /// Cross-entropy of logits [N, C] (or [N, C, d...]) against int64 class indices [N] (or
@@ -34,7 +34,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 struct NLLLossOptions {
   Reduction reduction = Reduction::Mean;
   int64_t ignore_index = -100;
-  Tensor weight;
+  Tensor weight = Tensor();
 };
 
 /// Negative log-likelihood of log-probabilities [N, C] against class indices [N].
