@@ -5,7 +5,7 @@
 //
 //   fashion_mnist [--data DIR] [--batch-size 128] [--epochs 3] [--lr 0.1] [--wd 5e-4]
 //                 [--mom 0.9] [--seed 0] [--threads N] [--test] [--test-nsteps 50]
-//                 [--json PATH]
+//                 [--json PATH] [--checkpoint PATH [--resume]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
+#include "dltrain/io/checkpoint.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
 
@@ -38,13 +39,15 @@ struct Args {
   bool test = false;
   int64_t test_nsteps = 50;
   std::string json;
+  std::string checkpoint;
+  bool resume = false;
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "fashion_mnist: %s\nusage: fashion_mnist [--data DIR] [--batch-size N] "
                "[--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] [--threads N] [--test] "
-               "[--test-nsteps N] [--json PATH]\n",
+               "[--test-nsteps N] [--json PATH] [--checkpoint PATH [--resume]]\n",
                msg);
   std::exit(2);
 }
@@ -78,6 +81,10 @@ Args parse(int argc, char** argv) {
         a.test = true;
       else if (k == "--test-nsteps")
         a.test_nsteps = std::stoll(val());
+      else if (k == "--checkpoint")
+        a.checkpoint = val();
+      else if (k == "--resume")
+        a.resume = true;
       else if (k == "--json")
         a.json = val();
       else if (k == "-h" || k == "--help")
@@ -178,11 +185,30 @@ int main(int argc, char** argv) {
 
     std::vector<double> t_data, t_fwd, t_bwd;
     std::vector<EpochReport> reports;
-    int64_t step = 0;
-    bool done = false;
-    for (int64_t epoch = 0; epoch < args.epochs && !done; ++epoch) {
+    int64_t step = 0, start_epoch = 0, start_batch = 0;
+    if (args.resume && !args.checkpoint.empty() && std::ifstream(args.checkpoint).good()) {
+      io::TrainingProgress p = io::load_checkpoint(args.checkpoint, *model, &opt, &sched);
+      start_epoch = p.epoch;
+      start_batch = p.batch_in_epoch;
+      step = p.step;
+      std::printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", args.checkpoint.c_str(),
+                  static_cast<long long>(start_epoch + 1), static_cast<long long>(start_batch),
+                  static_cast<long long>(step));
+    }
+    auto save = [&](int64_t epoch, int64_t batch) {
+      if (args.checkpoint.empty()) return;
+      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, {epoch, step, batch},
+                          {{"example", "fashion_mnist"}});
+      std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", args.checkpoint.c_str(),
+                  static_cast<long long>(epoch + 1), static_cast<long long>(batch),
+                  static_cast<long long>(step));
+    };
+    bool done = args.test && step >= args.test_nsteps;
+    for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
+      if (epoch == start_epoch) train_loader.set_start_batch(start_batch);
+      const int64_t first_batch = train_loader.start_batch();
       double loss_sum = 0;
       int64_t seen = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -214,6 +240,7 @@ int main(int argc, char** argv) {
         }
         if (args.test && step >= args.test_nsteps) {
           done = true;
+          save(epoch, first_batch + nb);
           break;
         }
         t0 = Clock::now();
@@ -242,6 +269,7 @@ int main(int argc, char** argv) {
                     100.0 * static_cast<double>(correct) / static_cast<double>(total),
                     static_cast<double>(seen) / train_time};
       reports.push_back(r);
+      if (!done) save(epoch + 1, 0);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
           "test acc %.2f%%  throughput %.0f img/s\n",

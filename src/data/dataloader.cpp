@@ -171,8 +171,16 @@ std::vector<std::vector<int64_t>> DataLoader::batch_indices() const {
   return out;
 }
 
+void DataLoader::set_start_batch(int64_t batch) {
+  DLTRAIN_CHECK(batch >= 0 && batch <= size(), "DataLoader::set_start_batch(", batch,
+                "): the epoch has ", size(), " batches; pass a value in [0, ", size(), "]");
+  start_batch_ = batch;
+}
+
 DataLoader::Iterator DataLoader::begin() const {
-  return Iterator(std::make_shared<Epoch>(dataset_, batch_indices(), options_.num_workers,
+  auto batches = batch_indices();
+  batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));
+  return Iterator(std::make_shared<Epoch>(dataset_, std::move(batches), options_.num_workers,
                                           options_.prefetch_factor));
 }
 

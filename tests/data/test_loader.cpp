@@ -234,6 +234,26 @@ TEST_CASE("DataLoader shuffle covers every index once and is deterministic", "[d
   REQUIRE(seen.size() == 96);
 }
 
+TEST_CASE("DataLoader set_start_batch resumes mid-epoch with the same order", "[data][loader]") {
+  auto ds = iota_tensors(50);
+  for (int64_t workers : {0, 2}) {
+    DataLoader a(ds, {.batch_size = 4, .shuffle = true, .seed = 9, .num_workers = workers});
+    a.set_epoch(3);
+    const auto full = run_epoch(a);
+    a.set_start_batch(5);
+    REQUIRE(a.start_batch() == 5);
+    const auto rest = run_epoch(a);
+    REQUIRE(rest.size() == full.size() - 5);
+    REQUIRE(std::equal(rest.begin(), rest.end(), full.begin() + 5));
+    a.set_start_batch(a.size());
+    REQUIRE(run_epoch(a).empty());
+    a.set_epoch(4);  // a new epoch starts at its first batch again
+    REQUIRE(a.start_batch() == 0);
+    REQUIRE(run_epoch(a).size() == full.size());
+    REQUIRE_THROWS_WITH(a.set_start_batch(a.size() + 1), Catch::Contains("set_start_batch"));
+  }
+}
+
 TEST_CASE("DataLoader with an explicit sampler and the default get_batch", "[data][loader]") {
   auto ds = std::make_shared<IotaDataset>(7);
   auto sampler = std::make_shared<RandomSampler>(7, 5);

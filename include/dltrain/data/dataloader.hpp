@@ -84,8 +84,17 @@ class DataLoader {
 
   /// Number of batches per epoch.
   int64_t size() const;
-  /// Selects the epoch (reshuffles deterministically when shuffling).
-  void set_epoch(int64_t epoch) { sampler_->set_epoch(epoch); }
+  /// Selects the epoch (reshuffles deterministically when shuffling) and resets the start
+  /// batch to 0.
+  void set_epoch(int64_t epoch) {
+    sampler_->set_epoch(epoch);
+    start_batch_ = 0;
+  }
+  /// Makes iterations of the current epoch begin at batch `batch` (0 <= batch <= size()):
+  /// how a run resumed from a mid-epoch checkpoint skips the batches it already trained on,
+  /// seeing exactly the rest of the same order. Cleared by set_epoch().
+  void set_start_batch(int64_t batch);
+  int64_t start_batch() const { return start_batch_; }
   int64_t epoch() const { return sampler_->epoch(); }
   /// The index lists of this epoch's batches, in order (what iteration will build).
   std::vector<std::vector<int64_t>> batch_indices() const;
@@ -98,6 +107,7 @@ class DataLoader {
   std::shared_ptr<Dataset> dataset_;
   std::shared_ptr<Sampler> sampler_;
   DataLoaderOptions options_;
+  int64_t start_batch_ = 0;
 };
 
 }  // namespace dltrain::data

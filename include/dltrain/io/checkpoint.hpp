@@ -1,0 +1,98 @@
+// HDF5 training checkpoints: everything a resumed run needs, in one file that a crash
+// cannot destroy.
+//
+// A checkpoint holds the model's parameters and buffers under their state-dict names,
+// the optimizer's and the LR scheduler's StateDicts, the training position (epoch,
+// global step, batches already done in the epoch), the default random generator's
+// (seed, offset), a free-form string map, the dltrain version and the file-format
+// version. Layout: root attributes for the scalars, groups /model, /optimizer,
+// /scheduler holding one dataset per tensor (named by its key, in insertion order,
+// with a "dtype" attribute; f16/bf16 as their 16-bit patterns) and /metadata holding
+// string attributes.
+//
+// Invariants: a save writes a temporary file in the target's directory, flushes it to
+// disk and renames it over the target, so a process killed at any moment leaves the
+// previous checkpoint intact; a load reads and checks the whole file before changing
+// anything, and restores the previous state of model, optimizer and scheduler if any
+// of them rejects its part, so nothing is ever partly loaded. Tensors are saved from
+// any device and memory format as row-major CPU data and load into whatever device
+// and format the receiving model uses. Without HDF5 at build time every function
+// raises dltrain::Error saying so.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "dltrain/core/state_dict.hpp"
+
+namespace dltrain {
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+class LRScheduler;
+}  // namespace optim
+}  // namespace dltrain
+
+namespace dltrain::io {
+
+/// Version of the checkpoint layout this build writes; files with a larger one are refused.
+inline constexpr int64_t kCheckpointFormat = 1;
+
+/// Where training stands.
+struct TrainingProgress {
+  /// The epoch to resume in.
+  int64_t epoch = 0;
+  /// Optimizer steps done since the start of training.
+  int64_t step = 0;
+  /// Batches of `epoch` already trained (pass to DataLoader::set_start_batch on resume).
+  int64_t batch_in_epoch = 0;
+};
+
+/// The whole content of a checkpoint file, as plain data.
+struct Checkpoint {
+  StateDict model, optimizer, scheduler;
+  TrainingProgress progress;
+  /// The default generator's state (Generator::seed / offset).
+  uint64_t rng_seed = 0, rng_offset = 0;
+  std::map<std::string, std::string> metadata;
+  /// Filled in by read_checkpoint.
+  std::string dltrain_version;
+  int64_t format_version = kCheckpointFormat;
+};
+
+struct SaveOptions {
+  /// Keep this many checkpoints: the newest at `path`, older ones at `path.1`, `path.2`, ...
+  int64_t keep_last = 1;
+};
+
+/// True when this build can read and write checkpoints (HDF5 was found).
+bool hdf5_supported();
+
+/// Writes `ckpt` to `path` crash-safely (see the file comment). Throws dltrain::Error naming
+/// the path on any failure; the previous file at `path` is then untouched.
+void write_checkpoint(const std::string& path, const Checkpoint& ckpt,
+                      const SaveOptions& options = {});
+/// Reads a whole checkpoint into CPU tensors. Throws dltrain::Error naming the file for a
+/// missing, truncated or non-HDF5 file, a newer format version, or a malformed entry.
+Checkpoint read_checkpoint(const std::string& path);
+
+/// Saves model, optimizer and scheduler (either may be null), the progress, the default
+/// generator's state and `metadata`.
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer, const optim::LRScheduler* scheduler,
+                     const TrainingProgress& progress,
+                     const std::map<std::string, std::string>& metadata = {},
+                     const SaveOptions& options = {});
+
+/// Loads a checkpoint into `model` (strict: every key must match in name and shape) and, when
+/// given, `optimizer` and `scheduler`; restores the default generator when `restore_rng`.
+/// Returns the saved progress. On any error nothing is changed (see the file comment).
+/// Passing only a model loads the weights alone (inference, fine-tuning).
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
+                                 optim::Optimizer* optimizer = nullptr,
+                                 optim::LRScheduler* scheduler = nullptr, bool restore_rng = true);
+
+}  // namespace dltrain::io

@@ -1,0 +1,379 @@
+#include "dltrain/io/checkpoint.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/error.hpp"
+#include "dltrain/core/generator.hpp"
+#include "dltrain/nn/module.hpp"
+#include "dltrain/optim/optimizer.hpp"
+#include "dltrain/optim/scheduler.hpp"
+#include "dltrain/version.hpp"
+
+#ifdef DLTRAIN_WITH_HDF5
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+#endif
+
+namespace dltrain::io {
+
+namespace {
+
+std::string rotated(const std::string& path, int64_t i) { return path + "." + std::to_string(i); }
+
+}  // namespace
+
+#ifndef DLTRAIN_WITH_HDF5
+
+bool hdf5_supported() { return false; }
+
+void write_checkpoint(const std::string& path, const Checkpoint&, const SaveOptions&) {
+  DLTRAIN_FAIL("write_checkpoint('", path, "'): this dltrain was built without HDF5; install ",
+               "libhdf5-dev (scripts/setup.sh) and rebuild with -DDLTRAIN_HDF5=ON");
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  DLTRAIN_FAIL("read_checkpoint('", path, "'): this dltrain was built without HDF5; install ",
+               "libhdf5-dev (scripts/setup.sh) and rebuild with -DDLTRAIN_HDF5=ON");
+}
+
+#else
+
+bool hdf5_supported() { return true; }
+
+namespace {
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  ~Hid() {
+    if (id_ >= 0 && close_) close_(id_);
+  }
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }  // NOLINT: used as an hid_t in HDF5 calls
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// HDF5 prints its own error stack by default; dltrain reports errors as exceptions instead.
+struct QuietHdf5 {
+  QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+
+hid_t check_id(hid_t id, const std::string& path, const char* what) {
+  DLTRAIN_CHECK(id >= 0, "checkpoint '", path, "': HDF5 failed to ", what,
+                "; the file may be truncated or corrupt (or the disk full)");
+  return id;
+}
+
+void check_status(herr_t st, const std::string& path, const char* what) {
+  DLTRAIN_CHECK(st >= 0, "checkpoint '", path, "': HDF5 failed to ", what,
+                "; the file may be truncated or corrupt (or the disk full)");
+}
+
+hid_t h5_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return H5T_NATIVE_FLOAT;
+    case DType::f64:
+      return H5T_NATIVE_DOUBLE;
+    case DType::f16:
+    case DType::bf16:
+      return H5T_NATIVE_UINT16;  // bit patterns; the "dtype" attribute says which
+    case DType::i32:
+      return H5T_NATIVE_INT32;
+    case DType::i64:
+      return H5T_NATIVE_INT64;
+    case DType::u8:
+    case DType::b8:
+      return H5T_NATIVE_UINT8;
+  }
+  return H5T_NATIVE_UINT8;
+}
+
+DType dtype_from_name(const std::string& n, const std::string& path, const std::string& key) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
+                  DType::u8, DType::b8}) {
+    if (n == dtype_name(t)) return t;
+  }
+  DLTRAIN_FAIL("checkpoint '", path, "': entry '", key, "' has unknown dtype '", n,
+               "'; was it written by a newer dltrain?");
+}
+
+void write_string_attr(hid_t loc, const std::string& name, const std::string& value,
+                       const std::string& path) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  check_status(H5Tset_size(type, std::max<size_t>(1, value.size())), path, "make a string type");
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr(check_id(H5Acreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), path,
+                    "create an attribute"),
+           H5Aclose);
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  check_status(H5Awrite(attr, type, padded.data()), path, "write an attribute");
+}
+
+std::string read_string_attr(hid_t loc, const std::string& name, const std::string& path) {
+  DLTRAIN_CHECK(H5Aexists(loc, name.c_str()) > 0, "checkpoint '", path, "': missing attribute '",
+                name, "'; the file is not a dltrain checkpoint or is corrupt");
+  Hid attr(check_id(H5Aopen(loc, name.c_str(), H5P_DEFAULT), path, "open an attribute"), H5Aclose);
+  Hid ftype(H5Aget_type(attr), H5Tclose);
+  DLTRAIN_CHECK(H5Tget_class(ftype) == H5T_STRING, "checkpoint '", path, "': attribute '", name,
+                "' is not a string");
+  const size_t n = H5Tget_size(ftype);
+  Hid mtype(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(mtype, n);
+  std::string s(n, '\0');
+  check_status(H5Aread(attr, mtype, s.data()), path, "read an attribute");
+  return std::string(s.c_str());
+}
+
+void write_int_attr(hid_t loc, const char* name, int64_t v, const std::string& path) {
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr(check_id(H5Acreate2(loc, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), path,
+                    "create an attribute"),
+           H5Aclose);
+  check_status(H5Awrite(attr, H5T_NATIVE_INT64, &v), path, "write an attribute");
+}
+
+int64_t read_int_attr(hid_t loc, const char* name, const std::string& path) {
+  DLTRAIN_CHECK(H5Aexists(loc, name) > 0, "checkpoint '", path, "': missing attribute '", name,
+                "'; the file is not a dltrain checkpoint or is corrupt");
+  Hid attr(check_id(H5Aopen(loc, name, H5P_DEFAULT), path, "open an attribute"), H5Aclose);
+  int64_t v = 0;
+  check_status(H5Aread(attr, H5T_NATIVE_INT64, &v), path, "read an attribute");
+  return v;
+}
+
+Hid create_group(hid_t file, const char* name, const std::string& path) {
+  // Track creation order so a StateDict comes back in the order it was saved.
+  Hid gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+  H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  return Hid(
+      check_id(H5Gcreate2(file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT), path, "create a group"),
+      H5Gclose);
+}
+
+void write_state(hid_t file, const char* group, const StateDict& sd, const std::string& path) {
+  Hid g = create_group(file, group, path);
+  for (const auto& [key, t0] : sd) {
+    DLTRAIN_CHECK(key.find('/') == std::string::npos && !key.empty() && key != ".", "checkpoint '",
+                  path, "': key '", key, "' in ", group, " cannot be an HDF5 name (no '/')");
+    Tensor t = t0.detach().to(Device::cpu()).contiguous();
+    std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
+    Hid space(t.dim() == 0 ? H5Screate(H5S_SCALAR)
+                           : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+              H5Sclose);
+    Hid ds(check_id(H5Dcreate2(g, key.c_str(), h5_type(t.dtype()), space, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    path, "create a dataset"),
+           H5Dclose);
+    if (t.numel() > 0) {
+      check_status(H5Dwrite(ds, h5_type(t.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
+                   path, "write a dataset");
+    }
+    write_string_attr(ds, "dtype", dtype_name(t.dtype()), path);
+  }
+}
+
+StateDict read_state(hid_t file, const char* group, const std::string& path) {
+  StateDict sd;
+  if (H5Lexists(file, group, H5P_DEFAULT) <= 0) return sd;
+  Hid g(check_id(H5Gopen2(file, group, H5P_DEFAULT), path, "open a group"), H5Gclose);
+  H5G_info_t info;
+  check_status(H5Gget_info(g, &info), path, "list a group");
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t n =
+        H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    check_status(static_cast<herr_t>(n < 0 ? -1 : 0), path, "read an entry name");
+    std::string key(static_cast<size_t>(n) + 1, '\0');
+    H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, key.data(), key.size(),
+                       H5P_DEFAULT);
+    key.resize(static_cast<size_t>(n));
+    Hid ds(check_id(H5Dopen2(g, key.c_str(), H5P_DEFAULT), path, "open a dataset"), H5Dclose);
+    const DType dt = dtype_from_name(read_string_attr(ds, "dtype", path), path, key);
+    Hid space(H5Dget_space(ds), H5Sclose);
+    const int nd = H5Sget_simple_extent_ndims(space);
+    check_status(nd, path, "read a dataset's shape");
+    std::vector<hsize_t> dims(static_cast<size_t>(nd));
+    if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    Shape shape(dims.begin(), dims.end());
+    Hid ftype(H5Dget_type(ds), H5Tclose);
+    DLTRAIN_CHECK(H5Tget_size(ftype) == dtype_size(dt), "checkpoint '", path, "': entry '", group,
+                  "/", key, "' stores ", H5Tget_size(ftype), "-byte elements but says dtype ", dt,
+                  "; the file is corrupt");
+    Tensor t = empty(shape, dt);
+    if (t.numel() > 0) {
+      check_status(H5Dread(ds, h5_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path,
+                   "read a dataset (truncated file?)");
+    }
+    sd.insert(key, t);
+  }
+  return sd;
+}
+
+// fsync a file or directory so a rename that follows is durable.
+void sync_path(const std::string& p, bool directory) {
+  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const SaveOptions& options) {
+  static QuietHdf5 quiet;
+  DLTRAIN_CHECK(options.keep_last >= 1, "write_checkpoint: keep_last must be >= 1, got ",
+                options.keep_last);
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  DLTRAIN_CHECK(fs::is_directory(dir), "write_checkpoint('", path, "'): directory '", dir.string(),
+                "' does not exist; create it first");
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  try {
+    {
+      Hid file(check_id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp,
+                        "create the temporary file (is the directory writable?)"),
+               H5Fclose);
+      write_int_attr(file, "format_version", kCheckpointFormat, tmp);
+      write_string_attr(file, "dltrain_version", kVersion, tmp);
+      write_int_attr(file, "epoch", ckpt.progress.epoch, tmp);
+      write_int_attr(file, "step", ckpt.progress.step, tmp);
+      write_int_attr(file, "batch_in_epoch", ckpt.progress.batch_in_epoch, tmp);
+      write_int_attr(file, "rng_seed", static_cast<int64_t>(ckpt.rng_seed), tmp);
+      write_int_attr(file, "rng_offset", static_cast<int64_t>(ckpt.rng_offset), tmp);
+      write_state(file, "model", ckpt.model, tmp);
+      write_state(file, "optimizer", ckpt.optimizer, tmp);
+      write_state(file, "scheduler", ckpt.scheduler, tmp);
+      Hid meta = create_group(file, "metadata", tmp);
+      for (const auto& [k, v] : ckpt.metadata) write_string_attr(meta, k, v, tmp);
+      check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush the file");
+    }
+    sync_path(tmp, false);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  // Rotate older checkpoints: path.(K-2) -> path.(K-1), ..., then path.1 becomes a hard link
+  // to the current file, so `path` itself exists at every instant.
+  std::error_code ec;
+  if (options.keep_last > 1 && fs::exists(target)) {
+    for (int64_t i = options.keep_last - 1; i >= 2; --i) {
+      if (fs::exists(rotated(path, i - 1))) fs::rename(rotated(path, i - 1), rotated(path, i), ec);
+    }
+    fs::remove(rotated(path, 1), ec);
+    fs::create_hard_link(target, rotated(path, 1), ec);
+    if (ec) fs::copy_file(target, rotated(path, 1), fs::copy_options::overwrite_existing, ec);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    DLTRAIN_FAIL("write_checkpoint('", path, "'): cannot rename the temporary file over it (", why,
+                 "); the previous checkpoint is untouched");
+  }
+  sync_path(dir.string(), true);
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  static QuietHdf5 quiet;
+  DLTRAIN_CHECK(std::filesystem::exists(path), "read_checkpoint: no file '", path,
+                "'; check the path (older checkpoints are kept as '", path, ".1', ...)");
+  htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  DLTRAIN_CHECK(is_h5 > 0, "read_checkpoint('", path,
+                "'): not an HDF5 file (or truncated before its header); it is not a dltrain "
+                "checkpoint");
+  Hid file(check_id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path,
+                    "open the file (truncated?)"),
+           H5Fclose);
+  Checkpoint c;
+  c.format_version = read_int_attr(file, "format_version", path);
+  DLTRAIN_CHECK(c.format_version <= kCheckpointFormat, "read_checkpoint('", path,
+                "'): written in checkpoint format ", c.format_version, " but this dltrain (",
+                kVersion, ") reads up to format ", kCheckpointFormat, "; upgrade dltrain");
+  c.dltrain_version = read_string_attr(file, "dltrain_version", path);
+  c.progress.epoch = read_int_attr(file, "epoch", path);
+  c.progress.step = read_int_attr(file, "step", path);
+  c.progress.batch_in_epoch = read_int_attr(file, "batch_in_epoch", path);
+  c.rng_seed = static_cast<uint64_t>(read_int_attr(file, "rng_seed", path));
+  c.rng_offset = static_cast<uint64_t>(read_int_attr(file, "rng_offset", path));
+  c.model = read_state(file, "model", path);
+  c.optimizer = read_state(file, "optimizer", path);
+  c.scheduler = read_state(file, "scheduler", path);
+  if (H5Lexists(file, "metadata", H5P_DEFAULT) > 0) {
+    Hid meta(check_id(H5Gopen2(file, "metadata", H5P_DEFAULT), path, "open /metadata"), H5Gclose);
+    // H5Aiterate2 exists in HDF5 1.10 and later alike.
+    std::vector<std::string> keys;
+    auto collect = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+      static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+      return 0;
+    };
+    check_status(H5Aiterate2(meta, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &keys), path,
+                 "list /metadata");
+    for (const auto& key : keys) c.metadata[key] = read_string_attr(meta, key, path);
+  }
+  return c;
+}
+
+#endif  // DLTRAIN_WITH_HDF5
+
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer, const optim::LRScheduler* scheduler,
+                     const TrainingProgress& progress,
+                     const std::map<std::string, std::string>& metadata,
+                     const SaveOptions& options) {
+  Checkpoint c;
+  c.model = model.state_dict();
+  if (optimizer) c.optimizer = optimizer->state_dict();
+  if (scheduler) c.scheduler = scheduler->state_dict();
+  c.progress = progress;
+  c.rng_seed = default_generator().seed();
+  c.rng_offset = default_generator().offset();
+  c.metadata = metadata;
+  write_checkpoint(path, c, options);
+}
+
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
+                                 optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                                 bool restore_rng) {
+  Checkpoint c = read_checkpoint(path);
+  DLTRAIN_CHECK(!optimizer || !c.optimizer.empty(), "load_checkpoint('", path,
+                "'): the file holds no optimizer state; pass optimizer = nullptr to load the "
+                "weights only");
+  DLTRAIN_CHECK(!scheduler || !c.scheduler.empty(), "load_checkpoint('", path,
+                "'): the file holds no scheduler state; pass scheduler = nullptr");
+  // Snapshots (copies) so a component that rejects its state leaves everything as it was.
+  StateDict model_before;
+  for (const auto& [k, t] : model.state_dict()) model_before.insert(k, t.clone());
+  StateDict opt_before = optimizer ? optimizer->state_dict() : StateDict();
+  StateDict sched_before = scheduler ? scheduler->state_dict() : StateDict();
+  try {
+    model.load_state_dict(c.model);
+    if (optimizer) optimizer->load_state_dict(c.optimizer);
+    if (scheduler) scheduler->load_state_dict(c.scheduler);
+  } catch (const Error& e) {
+    model.load_state_dict(model_before);
+    if (optimizer) optimizer->load_state_dict(opt_before);
+    if (scheduler) scheduler->load_state_dict(sched_before);
+    DLTRAIN_FAIL("load_checkpoint('", path, "'): ", e.what(), " Nothing was loaded.");
+  }
+  if (restore_rng) {
+    default_generator().manual_seed(c.rng_seed);
+    default_generator().set_offset(c.rng_offset);
+  }
+  return c.progress;
+}
+
+}  // namespace dltrain::io
