@@ -89,6 +89,130 @@ bool is_k2s2(const PoolShape& s) {
   return s.k == Int2(2) && s.s == Int2(2) && s.p == Int2(0) && s.d == Int2(1);
 }
 
+// One output row of the 2x2/2 max pool: input rows r0 and r1, output y and flat indices
+// (base = flat index of r0[0]). Written with restrict pointers and plain selects so the
+// compiler vectorises it; NaNs (which must win, as in PyTorch) are rare and fixed up after.
+template <class T>
+void pool2x2_row_forward(const T* __restrict r0, const T* __restrict r1, T* __restrict y,
+                         int64_t* __restrict idx, int64_t Wo, int64_t base, int64_t W) {
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1];
+    T m = a;
+    int64_t off = 0;
+    off = b > m ? 1 : off;
+    m = b > m ? b : m;
+    off = c > m ? W : off;
+    m = c > m ? c : m;
+    off = e > m ? W + 1 : off;
+    m = e > m ? e : m;
+    y[ow] = m;
+    idx[ow] = base + 2 * ow + off;
+  }
+  bool nan = false;
+  for (int64_t i = 0; i < 2 * Wo; ++i) nan |= (r0[i] != r0[i]) | (r1[i] != r1[i]);
+  if (!nan) return;
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    const int64_t offs[4] = {0, 1, W, W + 1};
+    for (int64_t q = 0; q < 4; ++q) {
+      const T v = (q < 2 ? r0 : r1)[2 * ow + (q & 1)];
+      if (v != v) {  // the last NaN of the window wins
+        y[ow] = v;
+        idx[ow] = base + 2 * ow + offs[q];
+      }
+    }
+  }
+}
+
+// The 2x2/2 pool without indices (what max_pool2d needs): the forward computes only the
+// maxima, one vectorisable pass; the backward finds each window's maximum again in the saved
+// input (the first element equal to it, or the last NaN, as PyTorch's index would be) and
+// writes every input gradient. No int64 index tensor is written or read.
+template <class T>
+void pool2x2_values(const T* x, T* y, int64_t planes, int64_t H, int64_t W, int64_t Ho,
+                    int64_t Wo) {
+  parallel_for(0, planes * Ho, std::max<int64_t>(1, 16384 / std::max<int64_t>(Wo, 1)),
+               [&](int64_t r0_, int64_t r1_) {
+                 for (int64_t r = r0_; r < r1_; ++r) {
+                   const int64_t pl = r / Ho, oh = r % Ho;
+                   const T* __restrict a0 = x + pl * H * W + 2 * oh * W;
+                   const T* __restrict a1 = a0 + W;
+                   T* __restrict yr = y + r * Wo;
+                   bool nan = false;
+                   for (int64_t ow = 0; ow < Wo; ++ow) {
+                     const T a = a0[2 * ow], b = a0[2 * ow + 1], c = a1[2 * ow], e = a1[2 * ow + 1];
+                     const T ab = b > a ? b : a, ce = e > c ? e : c;
+                     yr[ow] = ce > ab ? ce : ab;
+                     nan |= (a != a) | (b != b) | (c != c) | (e != e);
+                   }
+                   if (!nan) continue;
+                   for (int64_t ow = 0; ow < Wo; ++ow) {
+                     const T v[4] = {a0[2 * ow], a0[2 * ow + 1], a1[2 * ow], a1[2 * ow + 1]};
+                     for (const T q : v)
+                       if (q != q) yr[ow] = q;
+                   }
+                 }
+               });
+}
+
+template <class T>
+void pool2x2_values_backward(const T* x, const T* y, const T* gy, T* gx, int64_t planes, int64_t H,
+                             int64_t W, int64_t Ho, int64_t Wo) {
+  parallel_for(0, planes * Ho, std::max<int64_t>(1, 16384 / std::max<int64_t>(Wo, 1)),
+               [&](int64_t r0_, int64_t r1_) {
+                 for (int64_t r = r0_; r < r1_; ++r) {
+                   const int64_t pl = r / Ho, oh = r % Ho;
+                   const T* __restrict a0 = x + pl * H * W + 2 * oh * W;
+                   const T* __restrict a1 = a0 + W;
+                   T* __restrict g0 = gx + pl * H * W + 2 * oh * W;
+                   T* __restrict g1 = g0 + W;
+                   const T* __restrict yr = y + r * Wo;
+                   const T* __restrict gr = gy + r * Wo;
+                   for (int64_t ow = 0; ow < Wo; ++ow) {
+                     const T m = yr[ow], v = gr[ow];
+                     // Bitwise, not short-circuit, so the loop stays branch-free.
+                     const bool ea = a0[2 * ow] == m, eb = a0[2 * ow + 1] == m,
+                                ec = a1[2 * ow] == m;
+                     const bool ta = ea, tb = eb & !ea, tc = ec & !(ea | eb);
+                     const bool te = !(ea | eb | ec);  // NaN windows are fixed below
+                     g0[2 * ow] = ta ? v : T(0);
+                     g0[2 * ow + 1] = tb ? v : T(0);
+                     g1[2 * ow] = tc ? v : T(0);
+                     g1[2 * ow + 1] = te ? v : T(0);
+                   }
+                   for (int64_t ow = 0; ow < Wo; ++ow) {
+                     if (yr[ow] == yr[ow]) continue;
+                     T* slots[4] = {g0 + 2 * ow, g0 + 2 * ow + 1, g1 + 2 * ow, g1 + 2 * ow + 1};
+                     const T vals[4] = {a0[2 * ow], a0[2 * ow + 1], a1[2 * ow], a1[2 * ow + 1]};
+                     int last = 3;
+                     for (int q = 0; q < 4; ++q) {
+                       *slots[q] = T(0);
+                       if (vals[q] != vals[q]) last = q;
+                     }
+                     *slots[last] = gr[ow];
+                   }
+                   for (int64_t w = 2 * Wo; w < W; ++w) g0[w] = g1[w] = T(0);  // odd width
+                   if (oh == Ho - 1)
+                     for (int64_t h = 2 * Ho; h < H; ++h)
+                       std::fill(gx + pl * H * W + h * W, gx + pl * H * W + (h + 1) * W, T(0));
+                 }
+               });
+}
+
+// The matching backward row: every input element of the covered 2 x (2 Wo) block is written
+// (the gradient or 0), so gx needs no zero-fill.
+template <class T>
+void pool2x2_row_backward(const T* __restrict gy, const int64_t* __restrict idx, T* __restrict g0,
+                          T* __restrict g1, int64_t Wo, int64_t base, int64_t W) {
+  for (int64_t ow = 0; ow < Wo; ++ow) {
+    const int64_t at = idx[ow] - base - 2 * ow;  // 0, 1, W or W + 1
+    const T v = gy[ow];
+    g0[2 * ow] = at == 0 ? v : T(0);
+    g0[2 * ow + 1] = at == 1 ? v : T(0);
+    g1[2 * ow] = at == W ? v : T(0);
+    g1[2 * ow + 1] = at == W + 1 ? v : T(0);
+  }
+}
+
 template <class T>
 void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
   const int64_t HW = s.H * s.W, L = s.Ho * s.Wo;
@@ -110,43 +234,10 @@ void max_forward(const T* x, T* y, int64_t* idx, const PoolShape& s) {
       const T* xp = x + pl * HW;
       T* yp = y + pl * L;
       int64_t* ip = idx + pl * L;
-      if (k2s2) {  // the common 2x2/2 pool: straight-line selects the compiler can vectorise
-        // Locals, not s.*: the int64 index stores could alias PoolShape's fields.
-        const int64_t W = s.W, Ho = s.Ho, Wo = s.Wo;
-        for (int64_t oh = 0; oh < Ho; ++oh) {
-          const T* r0 = xp + 2 * oh * W;
-          const T* r1 = r0 + W;
-          T* yr = yp + oh * Wo;
-          int64_t* ir = ip + oh * Wo;
-          const int64_t base = 2 * oh * W;
-          bool nan = false;
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1];
-            const int64_t at = base + 2 * ow;
-            T m = a;
-            int64_t off = 0;
-            off = b > m ? 1 : off;
-            m = b > m ? b : m;
-            off = c > m ? W : off;
-            m = c > m ? c : m;
-            off = e > m ? W + 1 : off;
-            m = e > m ? e : m;
-            yr[ow] = m;
-            ir[ow] = at + off;
-            nan |= (a != a) | (b != b) | (c != c) | (e != e);
-          }
-          if (!nan) continue;
-          // A NaN propagates (the last one wins), as in the general loop below.
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const int64_t offs[4] = {0, 1, W, W + 1};
-            for (int64_t q = 0; q < 4; ++q) {
-              const T v = r0[2 * ow + offs[q]];
-              if (v != v) {
-                yr[ow] = v;
-                ir[ow] = base + 2 * ow + offs[q];
-              }
-            }
-          }
+      if (k2s2) {  // the common 2x2/2 pool: branch-free row kernels
+        for (int64_t oh = 0; oh < s.Ho; ++oh) {
+          pool2x2_row_forward(xp + 2 * oh * s.W, xp + (2 * oh + 1) * s.W, yp + oh * s.Wo,
+                              ip + oh * s.Wo, s.Wo, 2 * oh * s.W, s.W);
         }
         continue;
       }
@@ -195,15 +286,7 @@ void max_backward(const T* gy, const int64_t* idx, T* gx, const PoolShape& s) {
         for (int64_t oh = 0; oh < Ho; ++oh) {
           T* r0 = g + 2 * oh * W;
           T* r1 = r0 + W;
-          const int64_t base = 2 * oh * W;
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            const int64_t at = ip[oh * Wo + ow] - base - 2 * ow;  // 0, 1, W or W + 1
-            const T v = gp[oh * Wo + ow];
-            r0[2 * ow] = at == 0 ? v : T(0);
-            r0[2 * ow + 1] = at == 1 ? v : T(0);
-            r1[2 * ow] = at == W ? v : T(0);
-            r1[2 * ow + 1] = at == W + 1 ? v : T(0);
-          }
+          pool2x2_row_backward(gp + oh * Wo, ip + oh * Wo, r0, r1, Wo, 2 * oh * W, W);
           for (int64_t w = 2 * Wo; w < W; ++w) r0[w] = r1[w] = T(0);  // odd width
         }
         for (int64_t h = 2 * Ho; h < H; ++h) std::fill(g + h * W, g + (h + 1) * W, T(0));
@@ -363,7 +446,37 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
                   Int2 dilation, bool ceil_mode) {
-  return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+  if (!x.defined() || x.dim() != 4)
+    return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+  const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
+  if (!is_k2s2(s))
+    return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
+  const DType dt = x.dtype(), ct = compute_type(dt);
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor xc = prepared(x, ct);
+  Tensor yc = empty({s.N, s.C, s.Ho, s.Wo}, TensorOptions(ct));
+  dispatch_compute(ct, "max_pool2d", [&]<class T>() {
+    pool2x2_values<T>(static_cast<const T*>(xc.data_ptr()), static_cast<T*>(yc.data_ptr()),
+                      s.planes(), s.H, s.W, s.Ho, s.Wo);
+  });
+  Tensor y = finish(yc, dt, fmt);
+  // The backward needs the input and the maxima (both usually alive anyway: the input is the
+  // previous activation, the output the next layer's input), not an index tensor.
+  autograd::record(
+      "max_pool2d", {x}, {y},
+      [xc = x.requires_grad() ? xc : Tensor(), yc, s, dt, fmt](const std::vector<Tensor>& g) {
+        const DType ct = compute_type(dt);
+        Tensor gy = prepared(g[0], ct);
+        Tensor gx = empty({s.N, s.C, s.H, s.W}, TensorOptions(ct));
+        dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
+          pool2x2_values_backward<T>(
+              static_cast<const T*>(xc.data_ptr()), static_cast<const T*>(yc.data_ptr()),
+              static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), s.planes(), s.H,
+              s.W, s.Ho, s.Wo);
+        });
+        return std::vector<Tensor>{finish(gx, dt, fmt)};
+      });
+  return y;
 }
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,

@@ -244,6 +244,9 @@ TEST_CASE("max_pool2d 2x2/2 fast path: ties pick the first, NaN propagates (last
   p[2 * 63 + 5 * 9 + 3] = NAN;
   auto [y, idx] = max_pool2d_with_indices(x, 2);
   REQUIRE(y.shape() == Shape{2, 3, 3, 4});
+  Tensor gy = randn({2, 3, 3, 4}, DType::f32, &g);
+  const float* gyp = gy.data<float>();
+  std::vector<float> want_gx(2 * 3 * 7 * 9, 0.0f);
   const float* yp = y.data<float>();
   const int64_t* ip = idx.data<int64_t>();
   for (int64_t pl = 0; pl < 6; ++pl) {
@@ -264,6 +267,7 @@ TEST_CASE("max_pool2d 2x2/2 fast path: ties pick the first, NaN propagates (last
         int64_t o = pl * 12 + oh * 4 + ow;
         INFO("plane " << pl << " out " << oh << "," << ow);
         REQUIRE(ip[o] == bi);
+        want_gx[static_cast<size_t>(pl * 63 + bi)] += gyp[o];
         if (std::isnan(best)) {
           REQUIRE(std::isnan(yp[o]));
         } else {
@@ -272,4 +276,12 @@ TEST_CASE("max_pool2d 2x2/2 fast path: ties pick the first, NaN propagates (last
       }
     }
   }
+  // max_pool2d (no indices: the backward finds each maximum again in the saved input) gives
+  // the same values and routes the gradient to the same elements, NaN windows included.
+  Tensor xl = x.detach().clone().requires_grad_();
+  Tensor y2 = max_pool2d(xl, 2);
+  y2.backward(gy);
+  Tensor y2d = y2.detach();
+  REQUIRE(allclose(masked_fill(y2d, ne(y2d, y2d), 7.0), masked_fill(y, ne(y, y), 7.0), 0, 0));
+  REQUIRE(xl.grad().to_vector<float>() == want_gx);
 }
