@@ -1,0 +1,197 @@
+// dltrain-convert: moves weights between PyTorch's torch.save files (.pth), safetensors and
+// dltrain's HDF5 checkpoints, lists a file's tensors, and compares two files.
+//
+//   dltrain-convert list FILE
+//   dltrain-convert convert IN OUT [--section model|optimizer|scheduler]
+//   dltrain-convert compare A B [--rtol X] [--atol X]
+//
+// Input formats are recognised by their first bytes (HDF5 signature, ZIP for .pth, otherwise
+// safetensors); the output format by OUT's extension: .safetensors, or .h5/.hdf5 (a
+// checkpoint holding the state dict as its model). Writing .pth is not supported: PyTorch
+// reads safetensors (safetensors.torch.load_file) and dltrain checkpoints are HDF5.
+// Exit status: 0 on success (compare: identical within tolerance), 1 on differences,
+// 2 on usage errors or unreadable files.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+
+namespace {
+
+enum class Format { Pth, Safetensors, Hdf5 };
+
+Format sniff(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DLTRAIN_CHECK(in.good(), "cannot open '", path, "': no such file or not readable");
+  char head[8] = {};
+  in.read(head, 8);
+  if (std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return Format::Hdf5;
+  if (std::memcmp(head, "PK\x03\x04", 4) == 0) return Format::Pth;
+  return Format::Safetensors;  // load_safetensors validates the header and says if it is not
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+StateDict load_any(const std::string& path, const std::string& section) {
+  switch (sniff(path)) {
+    case Format::Pth:
+      return io::load_pth(path);
+    case Format::Safetensors:
+      return io::load_safetensors(path);
+    case Format::Hdf5: {
+      io::Checkpoint c = io::read_checkpoint(path);
+      if (section == "optimizer") return c.optimizer;
+      if (section == "scheduler") return c.scheduler;
+      DLTRAIN_CHECK(section == "model", "--section must be model, optimizer or scheduler, got '",
+                    section, "'");
+      return c.model;
+    }
+  }
+  return {};
+}
+
+void print_table(const StateDict& sd, const char* title) {
+  std::printf("%s: %lld tensors\n", title, static_cast<long long>(sd.size()));
+  int64_t total = 0;
+  for (const auto& [name, t] : sd) {
+    std::printf("  %-56s %-10s %s\n", name.c_str(), dtype_name(t.dtype()),
+                shape_str(t.shape()).c_str());
+    total += t.numel();
+  }
+  std::printf("  total elements: %lld\n", static_cast<long long>(total));
+}
+
+int list(const std::string& path) {
+  if (sniff(path) == Format::Hdf5) {
+    io::Checkpoint c = io::read_checkpoint(path);
+    std::printf(
+        "dltrain checkpoint (format %lld, written by dltrain %s): epoch %lld, step %lld, "
+        "batch %lld\n",
+        static_cast<long long>(c.format_version), c.dltrain_version.c_str(),
+        static_cast<long long>(c.progress.epoch), static_cast<long long>(c.progress.step),
+        static_cast<long long>(c.progress.batch_in_epoch));
+    for (const auto& [k, v] : c.metadata) std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
+    print_table(c.model, "model");
+    if (!c.optimizer.empty()) print_table(c.optimizer, "optimizer");
+    if (!c.scheduler.empty()) print_table(c.scheduler, "scheduler");
+    return 0;
+  }
+  print_table(load_any(path, "model"),
+              sniff(path) == Format::Pth ? "torch.save state dict" : "safetensors");
+  return 0;
+}
+
+int convert(const std::string& in, const std::string& out, const std::string& section) {
+  StateDict sd = load_any(in, section);
+  if (ends_with(out, ".safetensors")) {
+    io::save_safetensors(out, sd,
+                         {{"source", in}, {"written_by", std::string("dltrain ") + kVersion}});
+  } else if (ends_with(out, ".h5") || ends_with(out, ".hdf5")) {
+    io::Checkpoint c;
+    c.model = sd;
+    c.metadata = {{"source", in}};
+    io::write_checkpoint(out, c);
+  } else if (ends_with(out, ".pth") || ends_with(out, ".pt")) {
+    DLTRAIN_FAIL("writing torch.save files is not supported; write '",
+                 out.substr(0, out.rfind('.')),
+                 ".safetensors' and load it in PyTorch with safetensors.torch.load_file");
+  } else {
+    DLTRAIN_FAIL("cannot tell the output format from '", out,
+                 "'; use a .safetensors or .h5 extension");
+  }
+  std::printf("wrote %lld tensors to %s\n", static_cast<long long>(sd.size()), out.c_str());
+  return 0;
+}
+
+int compare(const std::string& a_path, const std::string& b_path, double rtol, double atol) {
+  StateDict a = load_any(a_path, "model"), b = load_any(b_path, "model");
+  int problems = 0;
+  for (const auto& [name, ta] : a) {
+    if (!b.contains(name)) {
+      std::printf("only in %s: %s\n", a_path.c_str(), name.c_str());
+      ++problems;
+      continue;
+    }
+    const Tensor& tb = b.at(name);
+    if (ta.shape() != tb.shape() || ta.dtype() != tb.dtype()) {
+      std::printf("%s: %s %s vs %s %s\n", name.c_str(), dtype_name(ta.dtype()),
+                  shape_str(ta.shape()).c_str(), dtype_name(tb.dtype()),
+                  shape_str(tb.shape()).c_str());
+      ++problems;
+      continue;
+    }
+    Tensor x = ta.to(DType::f64), y = tb.to(DType::f64);
+    // NaN in the same places counts as equal.
+    Tensor xn = ne(x, x), yn = ne(y, y);
+    bool same_nan = allclose(xn.to(DType::f64), yn.to(DType::f64), 0, 0);
+    Tensor xs = masked_fill(x, xn, 0.0), ys = masked_fill(y, yn, 0.0);
+    if (!same_nan || !allclose(xs, ys, rtol, atol)) {
+      double diff = ta.numel() ? max(abs(sub(xs, ys))).item<double>() : 0.0;
+      std::printf("%s: values differ (max |a-b| = %g)\n", name.c_str(), diff);
+      ++problems;
+    }
+  }
+  for (const auto& [name, tb] : b) {
+    if (!a.contains(name)) {
+      std::printf("only in %s: %s\n", b_path.c_str(), name.c_str());
+      ++problems;
+    }
+  }
+  std::printf("%lld tensors compared: %s\n", static_cast<long long>(a.size()),
+              problems ? "DIFFERENT" : "identical");
+  return problems ? 1 : 0;
+}
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr,
+               "usage: dltrain-convert list FILE\n"
+               "       dltrain-convert convert IN OUT [--section model|optimizer|scheduler]\n"
+               "       dltrain-convert compare A B [--rtol X] [--atol X]\n"
+               "formats: .pth (torch.save state dict, read only), .safetensors, .h5 (dltrain "
+               "checkpoint)\n");
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) usage();
+  const std::string cmd = argv[1];
+  std::vector<std::string> pos;
+  std::string section = "model";
+  double rtol = 0.0, atol = 0.0;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if ((a == "--section" || a == "--rtol" || a == "--atol") && i + 1 < argc) {
+      std::string v = argv[++i];
+      if (a == "--section")
+        section = v;
+      else if (a == "--rtol")
+        rtol = std::stod(v);
+      else
+        atol = std::stod(v);
+    } else if (a.rfind("--", 0) == 0) {
+      usage();
+    } else {
+      pos.push_back(a);
+    }
+  }
+  try {
+    if (cmd == "list" && pos.size() == 1) return list(pos[0]);
+    if (cmd == "convert" && pos.size() == 2) return convert(pos[0], pos[1], section);
+    if (cmd == "compare" && pos.size() == 2) return compare(pos[0], pos[1], rtol, atol);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dltrain-convert: error: %s\n", e.what());
+    return 2;
+  }
+  usage();
+}
