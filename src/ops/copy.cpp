@@ -42,8 +42,20 @@ Tensor& Tensor::copy_(const Tensor& src) {
   }
   // Cross-device or device-local: move contiguous bytes of the right dtype.
   Tensor s = src;
-  if (s.device().is_cuda() && (s.dtype() != dtype() || !s.is_contiguous() || s.shape() != shape()))
-    s = s.to(Device::cpu());
+  if (s.device().is_cuda() && (s.dtype() != dtype() || !s.is_contiguous() || s.shape() != shape())) {
+    // Bring the source's whole storage to the host in one copy and view it there with the
+    // source's shape, strides and offset (s.to(cpu) would come back here: endless recursion).
+    Storage host(s.storage().nbytes(), Device::cpu());
+    backend::cuda::copy_bytes(host.data(), Device::cpu(), s.storage().data(), s.device(),
+                              s.storage().nbytes());
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = host;
+    impl->shape = s.shape();
+    impl->strides = s.strides();
+    impl->offset = s.storage_offset();
+    impl->dtype = s.dtype();
+    s = Tensor(impl);
+  }
   if (s.device().is_cpu()) {
     Tensor staged = empty(shape(), TensorOptions(dtype()));
     cpu_convert(staged, s);

@@ -20,3 +20,15 @@ TEST_CASE("host to device round trip and fill kernel", "[cuda][gpu]") {
     REQUIRE(g.to(Device::cpu()).to_vector<double>() == full({777}, 3.0, dt).to_vector<double>());
   }
 }
+
+TEST_CASE("non-contiguous CUDA tensors copy to the host and convert dtype", "[cuda][gpu]") {
+  Tensor x = randn({6, 8}, DType::f32);
+  Tensor d = x.to(Device::cuda(0));
+  Tensor view = d.t().slice(0, 1, 7, 2);  // strided, offset view of a CUDA storage
+  REQUIRE_FALSE(view.is_contiguous());
+  Tensor want = x.t().slice(0, 1, 7, 2).contiguous();
+  REQUIRE(view.to(Device::cpu()).to_vector<float>() == want.to_vector<float>());
+  Tensor half_dev = empty({4, 6}, TensorOptions(DType::f64).with_device(Device::cuda(0)));
+  half_dev.copy_(view.contiguous());  // dtype change on the device path
+  REQUIRE(allclose(half_dev.to(Device::cpu()), want.to(DType::f64), 0, 0));
+}
