@@ -4,7 +4,7 @@
 # and the reference-file generators)
 set -euo pipefail
 
-pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev
+pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
       libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch python3-torchvision python3-numpy)

@@ -6,7 +6,8 @@
 // prefetch_factor), built outside the lock, and parked in `ready` under its number;
 // the consumer waits for exactly the batch it needs next, so delivery is in order
 // whatever order the workers finish in. The destructor raises `stop`, wakes every
-// worker and joins them; a worker mid-batch finishes that batch first.
+// worker and joins them; a worker mid-batch finishes that batch first. The epoch number
+// is also snapshotted and handed to EpochDatasets with every batch.
 #include "dltrain/data/dataloader.hpp"
 
 #include <algorithm>
@@ -21,6 +22,17 @@
 
 namespace dltrain::data {
 
+namespace {
+thread_local bool t_loader_worker = false;
+}  // namespace
+
+bool in_loader_worker() { return t_loader_worker; }
+
+void EpochDataset::set_epoch(int64_t epoch) {
+  DLTRAIN_CHECK(epoch >= 0, "EpochDataset::set_epoch: epoch must be >= 0, got ", epoch);
+  epoch_.store(epoch, std::memory_order_relaxed);
+}
+
 struct DataLoader::Epoch {
   struct Slot {
     Batch batch;
@@ -28,6 +40,8 @@ struct DataLoader::Epoch {
   };
 
   std::shared_ptr<Dataset> dataset;
+  const EpochDataset* epoch_dataset;  // dataset as an EpochDataset, or null
+  int64_t epoch_number;
   std::vector<std::vector<int64_t>> batches;
   int64_t next = 0;  // next batch the consumer takes
 
@@ -41,9 +55,13 @@ struct DataLoader::Epoch {
   std::map<int64_t, Slot> ready;
   std::vector<std::thread> workers;
 
-  Epoch(std::shared_ptr<Dataset> ds, std::vector<std::vector<int64_t>> b, int64_t num_workers,
-        int64_t prefetch)
-      : dataset(std::move(ds)), batches(std::move(b)), capacity(num_workers * prefetch) {
+  Epoch(std::shared_ptr<Dataset> ds, int64_t epoch, std::vector<std::vector<int64_t>> b,
+        int64_t num_workers, int64_t prefetch)
+      : dataset(std::move(ds)),
+        epoch_dataset(dynamic_cast<const EpochDataset*>(dataset.get())),
+        epoch_number(epoch),
+        batches(std::move(b)),
+        capacity(num_workers * prefetch) {
     if (num_workers == 0 || batches.empty()) return;
     try {
       for (int64_t w = 0; w < num_workers; ++w) workers.emplace_back([this] { work(); });
@@ -64,8 +82,15 @@ struct DataLoader::Epoch {
     workers.clear();
   }
 
+  Batch build(int64_t k) const {
+    const auto& idx = batches[static_cast<size_t>(k)];
+    return epoch_dataset ? epoch_dataset->get_batch_for_epoch(idx, epoch_number)
+                         : dataset->get_batch(idx);
+  }
+
   void work() {
     autograd::NoGradGuard no_grad;
+    t_loader_worker = true;
     const int64_t total = static_cast<int64_t>(batches.size());
     for (;;) {
       int64_t k;
@@ -78,7 +103,7 @@ struct DataLoader::Epoch {
       }
       Slot s;
       try {
-        s.batch = dataset->get_batch(batches[static_cast<size_t>(k)]);
+        s.batch = build(k);
       } catch (...) {
         s.error = std::current_exception();
       }
@@ -95,7 +120,7 @@ struct DataLoader::Epoch {
     if (next >= static_cast<int64_t>(batches.size())) return false;
     const int64_t k = next++;
     if (workers.empty()) {
-      out = dataset->get_batch(batches[static_cast<size_t>(k)]);
+      out = build(k);
       return true;
     }
     Slot s;
@@ -180,8 +205,8 @@ void DataLoader::set_start_batch(int64_t batch) {
 DataLoader::Iterator DataLoader::begin() const {
   auto batches = batch_indices();
   batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));
-  return Iterator(std::make_shared<Epoch>(dataset_, std::move(batches), options_.num_workers,
-                                          options_.prefetch_factor));
+  return Iterator(std::make_shared<Epoch>(dataset_, sampler_->epoch(), std::move(batches),
+                                          options_.num_workers, options_.prefetch_factor));
 }
 
 DataLoader::Iterator::Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)) { ++*this; }

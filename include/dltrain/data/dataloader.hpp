@@ -11,8 +11,15 @@
 // thrown while building a batch is rethrown to the consumer when it reaches that
 // batch; destroying the iterator (leaving the loop early) stops and joins the
 // workers. The loader itself is not modified by iteration.
+//
+// Datasets whose samples depend on the epoch (random augmentation) derive from
+// EpochDataset: an iteration passes them the loader's epoch at begin(), so augmentation
+// is a pure function of (seed, epoch, index) however many workers build the batches.
+// Worker threads are marked (in_loader_worker()), so a dataset can build a batch serially
+// there (the workers are the parallelism) and split it over the CPU pool otherwise.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -22,6 +29,28 @@
 #include "dltrain/data/sampler.hpp"
 
 namespace dltrain::data {
+
+/// True on a DataLoader worker thread (false in the consumer thread and the CPU pool).
+bool in_loader_worker();
+
+/// A Dataset whose samples depend on the epoch, e.g. through random augmentation.
+/// get_batch_for_epoch() must be a pure function of (indices, epoch) and thread-safe; a
+/// DataLoader calls it with its own epoch (DataLoader::set_epoch), while get() and
+/// get_batch() use the dataset's epoch set with set_epoch() (default 0).
+class EpochDataset : public Dataset {
+ public:
+  /// Samples `indices` as they are in epoch `epoch`.
+  virtual Batch get_batch_for_epoch(const std::vector<int64_t>& indices, int64_t epoch) const = 0;
+  Batch get_batch(const std::vector<int64_t>& indices) const override {
+    return get_batch_for_epoch(indices, epoch());
+  }
+  /// Selects the epoch get() and get_batch() use (>= 0; throws dltrain::Error otherwise).
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> epoch_{0};
+};
 
 /// DataLoader configuration.
 struct DataLoaderOptions {

@@ -1,0 +1,249 @@
+// Dataloader throughput on a JPEG image folder: images/s of ImageFolder's training
+// pipeline (crop-aware DCT-scaled decode + RandomResizedCrop(224) + RandomHorizontalFlip
+// into u8 NHWC batches) through the DataLoader, per thread count. Two ways to use T
+// threads are measured: T loader workers that each build whole batches ("workers", what
+// torch's DataLoader does with num_workers = T), and the consumer building each batch
+// over a T-thread CPU pool ("pool", num_workers = 0). A per-image breakdown (read, full
+// decode, crop-aware scaled decode, resample) on one thread comes first. Prints a table
+// and writes JSON; benchmarks/peers/torchvision_dataloader.py runs the same pipeline
+// with torchvision + PIL and compares (--compare).
+//
+//   dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] [--threads 1,2,N]
+//              [--epochs 3] [--json PATH]
+// Without --root a folder of --images Fashion-MNIST-based JPEGs (shorter side ~ --size,
+// so ~400 x 350 on average) is generated once under $TMPDIR and reused.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dltrain/data/dataloader.hpp"
+#include "dltrain/data/image_folder.hpp"
+#include "dltrain/data/vision.hpp"
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+using namespace dltrain::data;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::vector<int> parse_threads(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  while (std::getline(ss, item, ',')) out.push_back(item == "N" ? hw : std::stoi(item));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string generate(int64_t images, int64_t size) {
+  const int64_t per_class = (images + 9) / 10;
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("dltrain_bench_images_" + std::to_string(per_class * 10) + "_" + std::to_string(size));
+  if (fs::exists(dir / "done")) return dir.string();
+  fs::remove_all(dir);
+  MakeImageFolderOptions o;
+  o.classes = 10;
+  o.per_class = per_class;
+  o.size = size;
+  const std::string fashion = "/usr/share/datasets/fashion-mnist";
+  std::printf("generating %lld images (shorter side ~%lld) in %s ...\n",
+              static_cast<long long>(per_class * 10), static_cast<long long>(size),
+              dir.string().c_str());
+  if (fs::exists(fashion)) {
+    const MNIST src(fashion, /*train=*/true);
+    write_image_folder(dir.string(), src.data(), src.targets(), o);
+  } else {  // random strokes stand in for Fashion-MNIST
+    Generator g(0);
+    const Tensor imgs = randint(0, 256, {per_class * 10, 28, 28}, DType::u8, &g);
+    std::vector<int64_t> labels(static_cast<size_t>(per_class * 10));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
+    write_image_folder(dir.string(), imgs,
+                       from_vector(labels, {static_cast<int64_t>(labels.size())}), o);
+  }
+  std::ofstream(dir / "done") << "ok\n";
+  return dir.string();
+}
+
+struct Result {
+  int threads;
+  std::string mode;
+  double images_per_s;
+};
+
+// Best epoch of `epochs` (the first one also warms the page cache and allocator).
+double run(const std::shared_ptr<ImageFolder>& ds, int64_t batch, int64_t workers, int epochs) {
+  DataLoaderOptions lo;
+  lo.batch_size = batch;
+  lo.shuffle = true;
+  lo.drop_last = true;
+  lo.num_workers = workers;
+  lo.prefetch_factor = 2;
+  DataLoader loader(ds, lo);
+  double best = 0;
+  for (int e = 0; e < epochs; ++e) {
+    loader.set_epoch(e);
+    int64_t n = 0;
+    uint64_t check = 0;
+    const auto t0 = Clock::now();
+    for (const Batch& b : loader) {
+      n += b.size();
+      check += b.data.data<uint8_t>()[0];  // touch the batch
+    }
+    const double s = seconds(t0, Clock::now());
+    best = std::max(best, static_cast<double>(n) / s);
+    (void)check;
+  }
+  return best;
+}
+
+void breakdown(const ImageFolder& ds, int64_t count) {
+  const int64_t n = std::min<int64_t>(count, ds.size());
+  std::vector<std::vector<uint8_t>> files(static_cast<size_t>(n));
+  double t_read = 0, t_full = 0, t_scaled = 0, t_pipe = 0, px_full = 0, px_scaled = 0;
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i)
+    files[static_cast<size_t>(i)] = read_file_bytes(ds.samples()[static_cast<size_t>(i)].first);
+  t_read = seconds(t0, Clock::now());
+  const ImagePipeline& p = ds.options().transform;
+  const RandomResizedCrop rrc(p.size, p.scale, p.ratio);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& f = files[static_cast<size_t>(i)];
+    t0 = Clock::now();
+    const Image full = decode_jpeg(f);
+    t_full += seconds(t0, Clock::now());
+    px_full += static_cast<double>(full.width * full.height);
+    // The crop-aware decode alone (DCT scale and region), with the box the pipeline draws.
+    SampleRandom r(0, 0, i);
+    const CropBox box = rrc.get_params(full.height, full.width, r);
+    const JpegScale s = jpeg_scale_for_crop(std::min(box.height, box.width), p.size);
+    const int64_t sh = jpeg_scaled(full.height, s), sw = jpeg_scaled(full.width, s);
+    const CropBox region{box.top * sh / full.height, box.left * sw / full.width,
+                         std::max<int64_t>(1, box.height * sh / full.height),
+                         std::max<int64_t>(1, box.width * sw / full.width)};
+    CropBox at;
+    t0 = Clock::now();
+    const Image part = decode_jpeg_region(f.data(), f.size(), s, region, at);
+    t_scaled += seconds(t0, Clock::now());
+    px_scaled += static_cast<double>(part.width * part.height);
+    std::vector<uint8_t> out(static_cast<size_t>(p.size * p.size * 3));
+    t0 = Clock::now();
+    p.apply_jpeg(f.data(), f.size(), 0, 0, i, out.data());
+    t_pipe += seconds(t0, Clock::now());
+  }
+  const double k = 1e3 / static_cast<double>(n);
+  std::printf("per image, 1 thread, %lld images (avg %.0f kpixel, %.1f KB):\n",
+              static_cast<long long>(n), px_full / static_cast<double>(n) / 1e3, [&] {
+                double b = 0;
+                for (const auto& f : files) b += static_cast<double>(f.size());
+                return b / static_cast<double>(n) / 1024;
+              }());
+  std::printf("  read file            %7.3f ms\n", t_read * k);
+  std::printf("  full decode          %7.3f ms\n", t_full * k);
+  std::printf(
+      "  crop-aware decode    %7.3f ms  (%.0f%% of the full decode's pixels; %s)\n", t_scaled * k,
+      100 * px_scaled / px_full,
+      jpeg_region_decode_supported() ? "libjpeg region decode" : "no region decode in this build");
+  std::printf("  whole pipeline       %7.3f ms  (header + scaled decode + resample + flip)\n",
+              t_pipe * k);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string root, json, threads_arg = "1,2,N";
+  int64_t images = 1000, size = 350, batch = 64;
+  int epochs = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "dataloader: missing value after %s\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--root")
+      root = next();
+    else if (k == "--images")
+      images = std::stoll(next());
+    else if (k == "--size")
+      size = std::stoll(next());
+    else if (k == "--batch")
+      batch = std::stoll(next());
+    else if (k == "--threads")
+      threads_arg = next();
+    else if (k == "--epochs")
+      epochs = std::stoi(next());
+    else if (k == "--json")
+      json = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] "
+                   "[--threads 1,2,N] [--epochs 3] [--json PATH]\n");
+      return 2;
+    }
+  }
+  try {
+    if (!jpeg_supported()) {
+      std::fprintf(stderr,
+                   "dataloader: this build has no JPEG support (install "
+                   "libturbojpeg0-dev and rebuild)\n");
+      return 1;
+    }
+    if (root.empty()) root = generate(images, size);
+    auto ds = std::make_shared<ImageFolder>(root);  // ImagePipeline::train(224)
+    std::printf(
+        "ImageFolder %s: %lld images, %zu classes; batch %lld u8 NHWC [%lld, 224, "
+        "224, 3]; RandomResizedCrop(224) + RandomHorizontalFlip\n",
+        root.c_str(), static_cast<long long>(ds->size()), ds->classes().size(),
+        static_cast<long long>(batch), static_cast<long long>(batch));
+    set_num_threads(1);
+    breakdown(*ds, 200);
+
+    std::vector<Result> results;
+    std::printf("\n%8s %16s %12s %16s\n", "threads", "workers img/s", "per thread", "pool img/s");
+    for (int t : parse_threads(threads_arg)) {
+      set_num_threads(1);
+      const double w = run(ds, batch, t, epochs);
+      set_num_threads(t);
+      const double p = run(ds, batch, 0, epochs);
+      std::printf("%8d %16.1f %12.1f %16.1f\n", t, w, w / t, p);
+      std::fflush(stdout);
+      results.push_back({t, "workers", w});
+      results.push_back({t, "pool", p});
+    }
+    if (!json.empty()) {
+      std::ofstream f(json);
+      f << "{\n  \"benchmark\": \"dataloader\",\n  \"root\": \"" << root
+        << "\",\n  \"images\": " << ds->size() << ",\n  \"batch\": " << batch
+        << ",\n  \"pipeline\": \"RandomResizedCrop(224)+RandomHorizontalFlip, u8 NHWC\","
+        << "\n  \"hardware_threads\": " << std::thread::hardware_concurrency()
+        << ",\n  \"results\": [\n";
+      for (size_t i = 0; i < results.size(); ++i)
+        f << "    {\"threads\": " << results[i].threads << ", \"mode\": \"" << results[i].mode
+          << "\", \"images_per_s\": " << results[i].images_per_s << "}"
+          << (i + 1 < results.size() ? ",\n" : "\n");
+      f << "  ]\n}\n";
+      std::printf("wrote %s\n", json.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dataloader: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
