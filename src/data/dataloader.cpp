@@ -11,6 +11,7 @@
 #include "dltrain/data/dataloader.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -39,6 +40,7 @@ struct DataLoader::Epoch {
     std::exception_ptr error;
   };
 
+  std::shared_ptr<LoaderStats> stats;  // the loader's, updated by the consumer only
   std::shared_ptr<Dataset> dataset;
   const EpochDataset* epoch_dataset;  // dataset as an EpochDataset, or null
   int64_t epoch_number;
@@ -56,8 +58,9 @@ struct DataLoader::Epoch {
   std::vector<std::thread> workers;
 
   Epoch(std::shared_ptr<Dataset> ds, int64_t epoch, std::vector<std::vector<int64_t>> b,
-        int64_t num_workers, int64_t prefetch)
-      : dataset(std::move(ds)),
+        int64_t num_workers, int64_t prefetch, std::shared_ptr<LoaderStats> st)
+      : stats(std::move(st)),
+        dataset(std::move(ds)),
         epoch_dataset(dynamic_cast<const EpochDataset*>(dataset.get())),
         epoch_number(epoch),
         batches(std::move(b)),
@@ -115,9 +118,19 @@ struct DataLoader::Epoch {
     }
   }
 
-  // Stores batch `next` in `out` and advances; false past the last batch.
+  // Stores batch `next` in `out` and advances, timing the wait; false past the last batch.
   bool take(Batch& out) {
     if (next >= static_cast<int64_t>(batches.size())) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool got = take_untimed(out);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats->batches += 1;
+    stats->wait_seconds += dt;
+    stats->max_wait_seconds = std::max(stats->max_wait_seconds, dt);
+    return got;
+  }
+
+  bool take_untimed(Batch& out) {
     const int64_t k = next++;
     if (workers.empty()) {
       out = build(k);
@@ -205,8 +218,9 @@ void DataLoader::set_start_batch(int64_t batch) {
 DataLoader::Iterator DataLoader::begin() const {
   auto batches = batch_indices();
   batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));
+  *stats_ = LoaderStats{};
   return Iterator(std::make_shared<Epoch>(dataset_, sampler_->epoch(), std::move(batches),
-                                          options_.num_workers, options_.prefetch_factor));
+                                          options_.num_workers, options_.prefetch_factor, stats_));
 }
 
 DataLoader::Iterator::Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)) { ++*this; }

@@ -38,4 +38,35 @@ std::vector<int64_t> RandomSampler::indices() const {
   return randperm(n_, &gen).to_vector<int64_t>();
 }
 
+DistributedSampler::DistributedSampler(int64_t n, int64_t rank, int64_t world_size, bool shuffle,
+                                       uint64_t seed, bool drop_last)
+    : n_(n), rank_(rank), world_(world_size), per_rank_(0), shuffle_(shuffle), seed_(seed) {
+  DLTRAIN_CHECK(n >= 0, "DistributedSampler: n must be >= 0, got ", n);
+  DLTRAIN_CHECK(world_size >= 1, "DistributedSampler: world_size must be >= 1, got ", world_size,
+                "; check the WORLD_SIZE / SLURM_NTASKS of the job");
+  DLTRAIN_CHECK(rank >= 0 && rank < world_size, "DistributedSampler: rank ", rank,
+                " is outside [0, ", world_size, "); check the RANK / SLURM_PROCID of the job");
+  per_rank_ = drop_last ? n / world_size : (n + world_size - 1) / world_size;
+  DLTRAIN_CHECK(per_rank_ > 0 || n == 0, "DistributedSampler: drop_last with ", n, " samples over ",
+                world_size, " ranks leaves each rank nothing");
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> order;
+  if (shuffle_) {
+    RandomSampler r(n_, seed_);
+    r.set_epoch(epoch_);
+    order = r.indices();
+  } else {
+    order.resize(static_cast<size_t>(n_));
+    for (int64_t i = 0; i < n_; ++i) order[static_cast<size_t>(i)] = i;
+  }
+  const int64_t total = per_rank_ * world_;
+  for (int64_t i = n_; i < total; ++i) order.push_back(order[static_cast<size_t>((i - n_) % n_)]);
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank_));
+  for (int64_t i = rank_; i < total; i += world_) mine.push_back(order[static_cast<size_t>(i)]);
+  return mine;
+}
+
 }  // namespace dltrain::data

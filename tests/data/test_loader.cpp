@@ -352,3 +352,56 @@ TEST_CASE("Threaded DataLoader bounds prefetching and stops early cleanly",
   // A full pass afterwards still sees all 100 batches.
   REQUIRE(run_epoch(loader).size() == 100);
 }
+
+TEST_CASE("DistributedSampler splits each epoch's order across ranks like torch",
+          "[data][sampler]") {
+  // 10 samples over 3 ranks: padded to 12 by repeating the start; rank r takes r, r+3, ...
+  DistributedSampler r0(10, 0, 3, /*shuffle=*/false), r2(10, 2, 3, false);
+  REQUIRE(r0.size() == 4);
+  REQUIRE(r0.indices() == std::vector<int64_t>{0, 3, 6, 9});
+  REQUIRE(r2.indices() == std::vector<int64_t>{2, 5, 8, 1});
+  DistributedSampler d1(10, 1, 3, false, 0, /*drop_last=*/true);
+  REQUIRE(d1.indices() == std::vector<int64_t>{1, 4, 7});
+  // Shuffled: the ranks together cover the epoch's permutation, and each rank's share is a
+  // pure function of (seed, epoch, rank, world size).
+  for (int64_t epoch : {0, 1}) {
+    RandomSampler all(12, 7);
+    all.set_epoch(epoch);
+    const auto perm = all.indices();
+    std::vector<int64_t> merged(12);
+    for (int64_t rank = 0; rank < 4; ++rank) {
+      DistributedSampler d(12, rank, 4, true, 7);
+      d.set_epoch(epoch);
+      const auto mine = d.indices();
+      REQUIRE(mine.size() == 3);
+      for (size_t i = 0; i < mine.size(); ++i) merged[static_cast<size_t>(rank) + 4 * i] = mine[i];
+      DistributedSampler again(12, rank, 4, true, 7);
+      again.set_epoch(epoch);
+      REQUIRE(again.indices() == mine);
+    }
+    REQUIRE(merged == perm);
+  }
+  REQUIRE_THROWS_WITH(DistributedSampler(10, 3, 3), Catch::Contains("RANK"));
+  REQUIRE_THROWS_WITH(DistributedSampler(10, 0, 0), Catch::Contains("WORLD_SIZE"));
+  REQUIRE_THROWS_WITH(DistributedSampler(2, 0, 3, true, 0, true), Catch::Contains("nothing"));
+  // A DataLoader over a rank's share.
+  auto ds = iota_tensors(10);
+  DataLoader loader(ds, std::make_shared<DistributedSampler>(10, 1, 3, false), {.batch_size = 2});
+  REQUIRE(run_epoch(loader) == std::vector<I>{{1, 4}, {7, 0}});
+}
+
+TEST_CASE("DataLoader reports how long the consumer waited for batches", "[data][loader]") {
+  auto ds = iota_tensors(40);
+  for (int64_t workers : {0, 2}) {
+    DataLoader loader(ds, {.batch_size = 4, .num_workers = workers});
+    REQUIRE(loader.stats().batches == 0);
+    run_epoch(loader);
+    const LoaderStats st = loader.stats();
+    REQUIRE(st.batches == 10);
+    REQUIRE(st.wait_seconds >= 0.0);
+    REQUIRE(st.max_wait_seconds <= st.wait_seconds);
+    REQUIRE(st.mean_wait_seconds() * 10 == Approx(st.wait_seconds));
+    run_epoch(loader);  // a new iteration starts a new count
+    REQUIRE(loader.stats().batches == 10);
+  }
+}

@@ -68,6 +68,19 @@ struct DataLoaderOptions {
   int64_t prefetch_factor = 2;
 };
 
+/// How long the consumer waited for its batches during one epoch: the time spent inside the
+/// iterator's increment (building the batch itself when num_workers = 0, waiting for a
+/// worker otherwise). Large compared with the step time means input is the bottleneck.
+struct LoaderStats {
+  int64_t batches = 0;
+  double wait_seconds = 0;
+  double max_wait_seconds = 0;
+  /// Mean wait per batch in seconds (0 before the first batch).
+  double mean_wait_seconds() const {
+    return batches ? wait_seconds / static_cast<double>(batches) : 0.0;
+  }
+};
+
 /// Batches of a Dataset in a Sampler's order. See the file comment.
 class DataLoader {
   struct Epoch;
@@ -131,12 +144,15 @@ class DataLoader {
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   const std::shared_ptr<Sampler>& sampler() const { return sampler_; }
   const DataLoaderOptions& options() const { return options_; }
+  /// Wait statistics of the epoch being (or last) iterated; reset when an iteration begins.
+  LoaderStats stats() const { return *stats_; }
 
  private:
   std::shared_ptr<Dataset> dataset_;
   std::shared_ptr<Sampler> sampler_;
   DataLoaderOptions options_;
   int64_t start_batch_ = 0;
+  std::shared_ptr<LoaderStats> stats_ = std::make_shared<LoaderStats>();
 };
 
 }  // namespace dltrain::data

@@ -56,4 +56,26 @@ class RandomSampler : public Sampler {
   uint64_t seed_;
 };
 
+/// One rank's share of the data for data-parallel training (torch's DistributedSampler):
+/// the epoch's order (a RandomSampler permutation when `shuffle`, else 0..n-1) is padded by
+/// repeating its start to a multiple of world_size (or cut down to one when drop_last), and
+/// rank r takes positions r, r + world_size, ... So the ranks' shares are disjoint (up to
+/// the padding), equal in size, and a pure function of (seed, epoch, rank, world_size).
+class DistributedSampler : public Sampler {
+ public:
+  /// Throws dltrain::Error when n < 0, world_size < 1, rank outside [0, world_size), or
+  /// drop_last leaves a rank nothing.
+  DistributedSampler(int64_t n, int64_t rank, int64_t world_size, bool shuffle = true,
+                     uint64_t seed = 0, bool drop_last = false);
+  int64_t size() const override { return per_rank_; }
+  std::vector<int64_t> indices() const override;
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_; }
+
+ private:
+  int64_t n_, rank_, world_, per_rank_;
+  bool shuffle_;
+  uint64_t seed_;
+};
+
 }  // namespace dltrain::data
