@@ -6,7 +6,9 @@
 // over a T-thread CPU pool ("pool", num_workers = 0). A per-image breakdown (read, full
 // decode, crop-aware scaled decode, resample) on one thread comes first. Prints a table
 // and writes JSON; benchmarks/peers/torchvision_dataloader.py runs the same pipeline
-// with torchvision + PIL and compares (--compare).
+// with torchvision + PIL and compares (--compare). With HDF5, the same folder packed into
+// HDF5 shards (data::pack_image_folder, original bytes kept) is measured through
+// PackedImageDataset in the same two ways ("packed" columns).
 //
 //   dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] [--threads 1,2,N]
 //              [--epochs 3] [--json PATH]
@@ -24,8 +26,10 @@
 
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/image_folder.hpp"
+#include "dltrain/data/packed.hpp"
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
+#include "dltrain/io/checkpoint.hpp"
 
 using namespace dltrain;
 using namespace dltrain::data;
@@ -86,7 +90,7 @@ struct Result {
 };
 
 // Best epoch of `epochs` (the first one also warms the page cache and allocator).
-double run(const std::shared_ptr<ImageFolder>& ds, int64_t batch, int64_t workers, int epochs) {
+double run(const std::shared_ptr<Dataset>& ds, int64_t batch, int64_t workers, int epochs) {
   DataLoaderOptions lo;
   lo.batch_size = batch;
   lo.shuffle = true;
@@ -215,17 +219,47 @@ int main(int argc, char** argv) {
     set_num_threads(1);
     breakdown(*ds, 200);
 
+    // The packed copy of the folder (kept between runs: a resume finds it complete).
+    std::shared_ptr<PackedImageDataset> packed;
+    if (io::hdf5_supported()) {
+      const fs::path dir = fs::temp_directory_path() / "dltrain_bench_packed";
+      fs::create_directories(dir);
+      fs::path name = fs::path(root).lexically_normal();
+      if (!name.has_filename()) name = name.parent_path();  // "dir/"
+      const std::string prefix = (dir / name.filename()).string();
+      PackOptions po;
+      po.max_side = 0;  // the folder's own bytes, so both read the same JPEGs
+      po.resume = true;
+      const PackResult pr = pack_image_folder(root, prefix, po);
+      std::printf("\npacked %lld images into %lld HDF5 shards at %s (%lld written, %.1f s)\n",
+                  static_cast<long long>(pr.images), static_cast<long long>(pr.shards),
+                  prefix.c_str(), static_cast<long long>(pr.shards_written), pr.seconds);
+      packed = std::make_shared<PackedImageDataset>(prefix);  // ImagePipeline::train(224)
+    }
+
     std::vector<Result> results;
-    std::printf("\n%8s %16s %12s %16s\n", "threads", "workers img/s", "per thread", "pool img/s");
+    std::printf("\n%8s %16s %12s %16s", "threads", "workers img/s", "per thread", "pool img/s");
+    if (packed) std::printf(" %16s %16s", "packed workers", "packed pool");
+    std::printf("\n");
     for (int t : parse_threads(threads_arg)) {
       set_num_threads(1);
       const double w = run(ds, batch, t, epochs);
       set_num_threads(t);
       const double p = run(ds, batch, 0, epochs);
-      std::printf("%8d %16.1f %12.1f %16.1f\n", t, w, w / t, p);
-      std::fflush(stdout);
+      std::printf("%8d %16.1f %12.1f %16.1f", t, w, w / t, p);
       results.push_back({t, "workers", w});
       results.push_back({t, "pool", p});
+      if (packed) {
+        set_num_threads(1);
+        const double pw = run(packed, batch, t, epochs);
+        set_num_threads(t);
+        const double pp = run(packed, batch, 0, epochs);
+        std::printf(" %16.1f %16.1f", pw, pp);
+        results.push_back({t, "packed-workers", pw});
+        results.push_back({t, "packed-pool", pp});
+      }
+      std::printf("\n");
+      std::fflush(stdout);
     }
     if (!json.empty()) {
       std::ofstream f(json);

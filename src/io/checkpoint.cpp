@@ -13,6 +13,7 @@
 #include "dltrain/optim/optimizer.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/version.hpp"
+#include "src/io/hdf5_lock.hpp"
 
 #ifdef DLTRAIN_WITH_HDF5
 #include <fcntl.h>
@@ -21,12 +22,6 @@
 #endif
 
 namespace dltrain::io {
-
-namespace {
-
-std::string rotated(const std::string& path, int64_t i) { return path + "." + std::to_string(i); }
-
-}  // namespace
 
 #ifndef DLTRAIN_WITH_HDF5
 
@@ -223,6 +218,8 @@ StateDict read_state(hid_t file, const char* group, const std::string& path) {
   return sd;
 }
 
+std::string rotated(const std::string& path, int64_t i) { return path + "." + std::to_string(i); }
+
 // fsync a file or directory so a rename that follows is durable.
 void sync_path(const std::string& p, bool directory) {
   int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -234,7 +231,8 @@ void sync_path(const std::string& p, bool directory) {
 }  // namespace
 
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const SaveOptions& options) {
-  static QuietHdf5 quiet;
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  thread_local QuietHdf5 quiet;  // the error-stack setting is per thread in thread-safe builds
   DLTRAIN_CHECK(options.keep_last >= 1, "write_checkpoint: keep_last must be >= 1, got ",
                 options.keep_last);
   namespace fs = std::filesystem;
@@ -288,7 +286,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  static QuietHdf5 quiet;
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  thread_local QuietHdf5 quiet;  // the error-stack setting is per thread in thread-safe builds
   DLTRAIN_CHECK(std::filesystem::exists(path), "read_checkpoint: no file '", path,
                 "'; check the path (older checkpoints are kept as '", path, ".1', ...)");
   htri_t is_h5 = H5Fis_hdf5(path.c_str());

@@ -1,0 +1,458 @@
+// Packed image datasets: a pack of a generated image folder reads back as the same
+// classes, labels, order, bytes and batches as ImageFolder on that folder; max_side
+// resizing; shard splitting; resume after an interruption (only the missing or broken
+// shards are rewritten, and the result equals a fresh pack byte for byte); errors naming
+// the file for missing, truncated, corrupt, foreign and newer-format files; the LRU cap on
+// open shards; and DataLoader batches with and without workers. In a build without HDF5
+// every test only checks that the functions raise the error saying how to get it.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include "data/data_test_util.hpp"
+#include "dltrain/data/dataloader.hpp"
+#include "dltrain/data/image.hpp"
+#include "dltrain/data/image_folder.hpp"
+#include "dltrain/data/packed.hpp"
+#include "dltrain/dltrain.hpp"
+#include "dltrain/io/checkpoint.hpp"
+
+using namespace dltrain;
+using namespace dltrain::data;
+using Catch::Contains;
+using dltrain::testing::read_bytes;
+using dltrain::testing::TempDir;
+using dltrain::testing::write_bytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Skips a test in a build without TurboJPEG or HDF5, after checking that the packed-data
+// functions then say what to install.
+#define REQUIRE_PACKED()                                                                  \
+  do {                                                                                    \
+    if (!io::hdf5_supported()) {                                                          \
+      REQUIRE_THROWS_WITH(PackedImageDataset("/nonexistent/p"), Contains("libhdf5-dev")); \
+      REQUIRE_THROWS_WITH(pack_image_folder("/nonexistent", "/nonexistent/p"),            \
+                          Contains("libhdf5-dev"));                                       \
+      REQUIRE_THROWS_WITH(read_packed_index("/nonexistent/p"), Contains("libhdf5-dev"));  \
+      WARN("this build has no HDF5: packed datasets are not tested");                     \
+      return;                                                                             \
+    }                                                                                     \
+    if (!jpeg_supported()) {                                                              \
+      WARN("this build has no TurboJPEG: packed datasets are not tested");                \
+      return;                                                                             \
+    }                                                                                     \
+  } while (0)
+
+// A generated folder of `classes` x `per_class` JPEGs, shorter sides in [48, 80].
+void make_folder(const std::string& dir, int64_t classes = 3, int64_t per_class = 8) {
+  Generator g(21);
+  const int64_t n = 10 * per_class;
+  const Tensor images = randint(0, 256, {n, 28, 28}, DType::u8, &g);
+  std::vector<int64_t> lab;
+  for (int64_t i = 0; i < n; ++i) lab.push_back(i % classes);
+  MakeImageFolderOptions mo;
+  mo.classes = classes;
+  mo.per_class = per_class;
+  mo.size = 64;
+  mo.seed = 3;
+  REQUIRE(write_image_folder(dir, images, from_vector(lab, {n}), mo) == classes * per_class);
+}
+
+std::vector<int> pixels(const Tensor& t) { return t.contiguous().to_vector<int>(); }
+
+std::vector<std::string> relative_paths(const ImageFolder& f) {
+  std::vector<std::string> out;
+  for (const auto& s : f.samples())
+    out.push_back(fs::path(s.first).lexically_relative(f.root()).generic_string());
+  return out;
+}
+
+PackOptions pack_opts(int64_t per_shard, int64_t max_side = 0) {
+  PackOptions o;
+  o.images_per_shard = per_shard;
+  o.max_side = max_side;
+  o.num_threads = 2;
+  return o;
+}
+
+// Every file of a pack (shards and index), by name.
+std::map<std::string, std::vector<uint8_t>> pack_files(const std::string& prefix) {
+  std::map<std::string, std::vector<uint8_t>> out;
+  const std::string stem = fs::path(prefix).filename().string();
+  for (const auto& e : fs::directory_iterator(fs::path(prefix).parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(stem + "-", 0) == 0) out[name.substr(stem.size())] = read_bytes(e.path());
+  }
+  return out;
+}
+
+void truncate_file(const std::string& path, double keep) {
+  const auto bytes = read_bytes(path);
+  write_bytes(path, std::vector<uint8_t>(bytes.begin(),
+                                         bytes.begin() + static_cast<long>(bytes.size() * keep)));
+}
+
+}  // namespace
+
+TEST_CASE("A packed folder reads back as ImageFolder reads the folder", "[packed]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_same");
+  const std::string root = dir.file("images"), prefix = dir.file("train");
+  make_folder(root);
+  std::vector<int64_t> shard_sizes;
+  PackOptions po = pack_opts(10);
+  po.on_progress = [&](const PackProgress& p) {
+    REQUIRE(p.images_total == 24);
+    REQUIRE(p.shards_total == 3);
+    if (p.shard_finished) shard_sizes.push_back(p.images_done);
+  };
+  const PackResult r = pack_image_folder(root, prefix, po);
+  REQUIRE(r.images == 24);
+  REQUIRE(r.shards == 3);
+  REQUIRE(r.shards_written == 3);
+  REQUIRE(r.shards_kept == 0);
+  REQUIRE(r.resized == 0);
+  REQUIRE(r.skipped == 0);
+  REQUIRE(shard_sizes == std::vector<int64_t>{10, 20, 24});
+
+  ImageFolderOptions fo;
+  fo.transform = ImagePipeline::eval(80, 64);
+  const ImageFolder folder(root, fo);
+  int64_t source_bytes = 0;
+  for (const auto& s : folder.samples())
+    source_bytes += static_cast<int64_t>(fs::file_size(s.first));
+  REQUIRE(r.jpeg_bytes == source_bytes);
+  REQUIRE(r.source_bytes == source_bytes);
+
+  const PackedIndex ix = read_packed_index(prefix);
+  REQUIRE(ix.format_version == kPackedFormatVersion);
+  REQUIRE(ix.num_images == 24);
+  REQUIRE(ix.max_side == 0);
+  REQUIRE(ix.quality == 90);
+  REQUIRE(ix.classes == image_folder_class_names(3));
+  REQUIRE(ix.shard_counts == std::vector<int64_t>{10, 10, 4});
+  REQUIRE(ix.shard_files == std::vector<std::string>{prefix + "-00000.h5", prefix + "-00001.h5",
+                                                     prefix + "-00002.h5"});
+  for (const auto& f : ix.shard_files) REQUIRE(fs::exists(f));
+  REQUIRE(fs::exists(prefix + "-index.h5"));
+
+  PackedOptions o;
+  o.transform = ImagePipeline::eval(80, 64);
+  PackedImageDataset ds(prefix, o);
+  REQUIRE(ds.size() == 24);
+  REQUIRE(ds.classes() == folder.classes());
+  REQUIRE(ds.targets() == folder.targets());
+  const auto rel = relative_paths(folder);
+  for (int64_t i = 0; i < 24; ++i) {
+    REQUIRE(ds.source_path(i) == rel[static_cast<size_t>(i)]);
+    REQUIRE(ds.read_jpeg(i) == read_bytes(folder.samples()[static_cast<size_t>(i)].first));
+  }
+
+  // Eval batches: bitwise those of ImageFolder, in any order, across shards.
+  const std::vector<int64_t> idx{23, 0, 11, 10, 9, 5, 20, 19, 2};
+  const Batch a = ds.get_batch(idx), b = folder.get_batch(idx);
+  REQUIRE(a.data.shape() == Shape{9, 64, 64, 3});
+  REQUIRE(a.data.dtype() == DType::u8);
+  REQUIRE(a.target.to_vector<int64_t>() == std::vector<int64_t>{2, 0, 1, 1, 1, 0, 2, 2, 0});
+  REQUIRE(a.target.to_vector<int64_t>() == b.target.to_vector<int64_t>());
+  REQUIRE(pixels(a.data) == pixels(b.data));
+  const Example e = ds.get(11);
+  REQUIRE(e.target.item<int64_t>() == 1);
+  REQUIRE(pixels(e.data) == pixels(a.data.select(0, 2)));
+
+  // Training augmentation is a function of (seed, epoch, index), so it matches too.
+  PackedOptions to;
+  to.transform = ImagePipeline::train(48);
+  to.seed = 7;
+  ImageFolderOptions tfo;
+  tfo.transform = ImagePipeline::train(48);
+  tfo.seed = 7;
+  const PackedImageDataset tds(prefix, to);
+  const ImageFolder tfolder(root, tfo);
+  const Batch t2 = tds.get_batch_for_epoch(idx, 2);
+  REQUIRE(pixels(t2.data) == pixels(tfolder.get_batch_for_epoch(idx, 2).data));
+  REQUIRE(pixels(t2.data) != pixels(tds.get_batch_for_epoch(idx, 3).data));
+
+  REQUIRE_THROWS_WITH(ds.get_batch({24}), Contains("index 24 is out of range for 24"));
+  REQUIRE_THROWS_WITH(ds.get_batch({}), Contains("empty"));
+  REQUIRE_THROWS_WITH(ds.read_jpeg(-1), Contains("index -1 is out of range"));
+}
+
+TEST_CASE("Packing resizes images longer than max_side and keeps the others' bytes", "[packed]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_resize");
+  const std::string root = dir.file("images"), prefix = dir.file("p");
+  make_folder(root);
+  const int64_t max_side = 80;
+  const PackResult r = pack_image_folder(root, prefix, pack_opts(7, max_side));
+  REQUIRE(r.shards == 4);
+  const ImageFolder folder(root);
+  PackedOptions o;
+  o.transform = ImagePipeline::eval(40, 32);
+  const PackedImageDataset ds(prefix, o);
+  REQUIRE(ds.index().max_side == max_side);
+  int64_t resized = 0, kept = 0;
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    const auto orig = read_bytes(folder.samples()[static_cast<size_t>(i)].first);
+    const auto packed = ds.read_jpeg(i);
+    const ImageInfo a = read_jpeg_header(orig), b = read_jpeg_header(packed);
+    const int64_t long_side = std::max(a.width, a.height);
+    if (long_side <= max_side) {
+      REQUIRE(packed == orig);
+      ++kept;
+      continue;
+    }
+    ++resized;
+    REQUIRE(packed != orig);
+    REQUIRE(std::max(b.width, b.height) == max_side);
+    // The shorter side keeps the aspect ratio (rounded).
+    const int64_t short_side = std::min(a.width, a.height);
+    const int64_t expect = (short_side * max_side + long_side / 2) / long_side;
+    REQUIRE(std::min(b.width, b.height) == expect);
+    REQUIRE((a.width >= a.height) == (b.width >= b.height));
+    // The pixels are the bilinear downscale of the original, up to JPEG loss.
+    const Image want = resize(decode_jpeg(orig), b.height, b.width);
+    const Image got = decode_jpeg(packed);
+    double se = 0;
+    for (size_t k = 0; k < got.pixels.size(); ++k) {
+      const double d = double(got.pixels[k]) - double(want.pixels[k]);
+      se += d * d;
+    }
+    const double psnr = 10 * std::log10(255.0 * 255.0 * double(got.pixels.size()) / se);
+    REQUIRE(psnr > 30);
+  }
+  REQUIRE(resized == r.resized);
+  REQUIRE(resized > 0);
+  REQUIRE(kept > 0);
+  REQUIRE(ds.get_batch({0, 23}).data.shape() == Shape{2, 32, 32, 3});
+}
+
+TEST_CASE("Interrupted packs resume, rewriting only missing or broken shards", "[packed]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_resume");
+  const std::string root = dir.file("images"), prefix = dir.file("out/train"),
+                    fresh = dir.file("fresh/train");
+  make_folder(root);
+  fs::create_directories(dir.file("out"));
+  fs::create_directories(dir.file("fresh"));
+  REQUIRE(pack_image_folder(root, fresh, pack_opts(5)).shards_written == 5);
+  const auto fresh_files = pack_files(fresh);
+  REQUIRE(fresh_files.size() == 6);  // 5 shards + index
+
+  // Interrupt after the second shard: the callback throws, as a Ctrl-C handler might.
+  PackOptions po = pack_opts(5);
+  po.on_progress = [](const PackProgress& p) {
+    if (p.shard_finished && p.shards_done == 2) throw std::runtime_error("interrupted");
+  };
+  REQUIRE_THROWS_WITH(pack_image_folder(root, prefix, po), Contains("interrupted"));
+  REQUIRE(fs::exists(prefix + "-00001.h5"));
+  REQUIRE_FALSE(fs::exists(prefix + "-00002.h5"));
+  REQUIRE_FALSE(fs::exists(prefix + "-index.h5"));
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(prefix + "-index.h5") &&
+                                                      Contains("missing") && Contains("--resume"));
+  // A temporary file a killed writer left behind is removed.
+  write_bytes(prefix + "-00002.h5.tmp-999999", {1, 2, 3});
+
+  PackOptions resume = pack_opts(5);
+  resume.resume = true;
+  PackResult r = pack_image_folder(root, prefix, resume);
+  REQUIRE(r.shards_written == 3);
+  REQUIRE(r.shards_kept == 2);
+  REQUIRE(r.images == 24);
+  REQUIRE_FALSE(fs::exists(prefix + "-00002.h5.tmp-999999"));
+  REQUIRE(pack_files(prefix) == fresh_files);
+  REQUIRE(read_packed_index(prefix).shard_counts == std::vector<int64_t>{5, 5, 5, 5, 4});
+
+  // Nothing to do: every shard is kept and none is touched.
+  std::vector<fs::file_time_type> mtimes;
+  for (int k = 0; k < 5; ++k) mtimes.push_back(fs::last_write_time(packed_shard_path(prefix, k)));
+  r = pack_image_folder(root, prefix, resume);
+  REQUIRE(r.shards_written == 0);
+  REQUIRE(r.shards_kept == 5);
+  REQUIRE(r.images == 24);
+  REQUIRE(r.jpeg_bytes == pack_image_folder(root, fresh, resume).jpeg_bytes);
+
+  // A truncated shard and a shard without its completion mark are rewritten, nothing else.
+  truncate_file(packed_shard_path(prefix, 3), 0.5);
+  data::detail::set_packed_int_attribute(packed_shard_path(prefix, 1), "complete", 0);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix),
+                      Contains(packed_shard_path(prefix, 1)) && Contains("not completely written"));
+  mtimes[1] = fs::last_write_time(packed_shard_path(prefix, 1));
+  r = pack_image_folder(root, prefix, resume);
+  REQUIRE(r.shards_written == 2);
+  REQUIRE(r.shards_kept == 3);
+  for (int k : {0, 2, 4})
+    REQUIRE(fs::last_write_time(packed_shard_path(prefix, k)) == mtimes[static_cast<size_t>(k)]);
+  REQUIRE(pack_files(prefix) == fresh_files);
+  REQUIRE(PackedImageDataset(prefix).size() == 24);
+
+  // Other options make another plan: every shard is rewritten.
+  PackOptions other = resume;
+  other.max_side = 60;
+  r = pack_image_folder(root, prefix, other);
+  REQUIRE(r.shards_written == 5);
+  REQUIRE(r.shards_kept == 0);
+  REQUIRE(read_packed_index(prefix).max_side == 60);
+  // And without resume, everything is rewritten even when it could be kept.
+  other.resume = false;
+  REQUIRE(pack_image_folder(root, prefix, other).shards_written == 5);
+}
+
+TEST_CASE("Packed dataset errors name the file and the fix", "[packed]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_errors");
+  const std::string root = dir.file("images"), prefix = dir.file("p");
+  make_folder(root);
+  const PackOptions po = pack_opts(10);
+  auto repack = [&] { pack_image_folder(root, prefix, po); };
+  repack();
+  const std::string s0 = packed_shard_path(prefix, 0), s1 = packed_shard_path(prefix, 1),
+                    s2 = packed_shard_path(prefix, 2), index = packed_index_path(prefix);
+
+  fs::remove(s1);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix),
+                      Contains(s1) && Contains("missing") && Contains("--resume"));
+  repack();
+  truncate_file(s2, 0.6);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(s2) && Contains("truncated"));
+  repack();
+  {
+    auto bytes = read_bytes(s0);
+    std::fill(bytes.begin(), bytes.begin() + 4096, uint8_t{0});
+    write_bytes(s0, bytes);
+  }
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(s0) && Contains("not an HDF5 file"));
+  repack();
+  data::detail::set_packed_int_attribute(s0, "format_version", 99);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix),
+                      Contains(s0) && Contains("format 99") && Contains("upgrade dltrain"));
+  repack();
+  data::detail::set_packed_int_attribute(index, "format_version", 2);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(index) && Contains("format 2"));
+  REQUIRE_THROWS_WITH(read_packed_index(prefix), Contains(index) && Contains("format 2"));
+  repack();
+  data::detail::set_packed_int_attribute(s2, "num_images", 3);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(s2) && Contains("holds 3 images") &&
+                                                      Contains("index") && Contains("says 4"));
+  repack();
+  // A shard of another pack (other options) in this pack's place.
+  {
+    const std::string other = dir.file("other");
+    pack_image_folder(root, other, pack_opts(10, 60));
+    fs::copy_file(packed_shard_path(other, 1), s1, fs::copy_options::overwrite_existing);
+  }
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(s1) && Contains("different pack"));
+  repack();
+  fs::remove(index);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(index) && Contains("dltrain-pack"));
+  repack();
+
+  // Damaged JPEG data inside a shard: found when the sample is decoded.
+  {
+    PackedOptions o;
+    o.transform = ImagePipeline::eval(40, 32);
+    const PackedImageDataset good(prefix, o);
+    const auto jpeg = good.read_jpeg(12);
+    const std::string src = good.source_path(12);
+    auto bytes = read_bytes(s1);
+    const auto at = std::search(bytes.begin(), bytes.end(), jpeg.begin(), jpeg.end());
+    REQUIRE(at != bytes.end());
+    // An end-of-image marker halfway through the entropy-coded data.
+    const auto mid = at + static_cast<long>(jpeg.size() / 2);
+    mid[0] = 0xFF;
+    mid[1] = 0xD9;
+    write_bytes(s1, bytes);
+    const PackedImageDataset bad(prefix, o);
+    REQUIRE_NOTHROW(bad.get_batch({11, 13}));
+    REQUIRE_THROWS_WITH(bad.get_batch({11, 12}), Contains(s1) && Contains("sample 12") &&
+                                                     Contains(src) && Contains("corrupt"));
+  }
+  repack();
+
+  // Corrupt source files: an error naming the file, or skipped and counted.
+  const ImageFolder folder(root);
+  const std::string victim = folder.samples()[9].first;
+  truncate_file(victim, 0.5);
+  REQUIRE_THROWS_WITH(pack_image_folder(root, prefix, po),
+                      Contains(victim) && Contains("CorruptPolicy::Skip"));
+  PackOptions skip = po;
+  skip.on_corrupt = CorruptPolicy::Skip;
+  const PackResult r = pack_image_folder(root, prefix, skip);
+  REQUIRE(r.skipped == 1);
+  REQUIRE(r.images == 23);
+  REQUIRE(read_packed_index(prefix).shard_counts == std::vector<int64_t>{9, 10, 4});
+  const PackedImageDataset ds(prefix);
+  REQUIRE(ds.size() == 23);
+  auto rel = relative_paths(folder);
+  auto labels = folder.targets();
+  rel.erase(rel.begin() + 9);
+  labels.erase(labels.begin() + 9);
+  REQUIRE(ds.targets() == labels);
+  for (int64_t i = 0; i < 23; ++i) REQUIRE(ds.source_path(i) == rel[static_cast<size_t>(i)]);
+
+  // Bad options.
+  PackOptions bad = po;
+  bad.quality = 0;
+  REQUIRE_THROWS_WITH(pack_image_folder(root, prefix, bad), Contains("quality"));
+  bad = po;
+  bad.images_per_shard = 0;
+  REQUIRE_THROWS_WITH(pack_image_folder(root, prefix, bad), Contains("images_per_shard"));
+  REQUIRE_THROWS_WITH(pack_image_folder(root, dir.file("nodir/p"), po),
+                      Contains("nodir") && Contains("does not exist"));
+  REQUIRE_THROWS_WITH(pack_image_folder(dir.file("missing"), prefix, po),
+                      Contains("missing") && Contains("does not exist"));
+}
+
+TEST_CASE("Packed batches: identical with loader workers and with few open shards",
+          "[packed][loader]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_loader");
+  const std::string root = dir.file("images"), prefix = dir.file("p");
+  make_folder(root);
+  pack_image_folder(root, prefix, pack_opts(4));  // 6 shards
+  PackedOptions o;
+  o.transform = ImagePipeline::train(48);
+  o.seed = 9;
+  auto ds = std::make_shared<PackedImageDataset>(prefix, o);
+  ImageFolderOptions fo;
+  fo.transform = o.transform;
+  fo.seed = 9;
+  auto folder = std::make_shared<ImageFolder>(root, fo);
+
+  auto run = [](std::shared_ptr<Dataset> d, int64_t workers, int64_t epoch) {
+    DataLoaderOptions lo;
+    lo.batch_size = 5;
+    lo.shuffle = true;
+    lo.seed = 4;
+    lo.num_workers = workers;
+    DataLoader loader(std::move(d), lo);
+    loader.set_epoch(epoch);
+    std::vector<std::vector<int>> data;
+    std::vector<int64_t> targets;
+    for (const Batch& b : loader) {
+      data.push_back(pixels(b.data));
+      for (int64_t t : b.target.to_vector<int64_t>()) targets.push_back(t);
+    }
+    return std::make_pair(data, targets);
+  };
+  const auto sync0 = run(ds, 0, 0);
+  REQUIRE(sync0.first.size() == 5);
+  REQUIRE(sync0.second.size() == 24);
+  REQUIRE(run(ds, 2, 0) == sync0);
+  REQUIRE(run(folder, 0, 0) == sync0);
+  const auto sync1 = run(ds, 0, 1);
+  REQUIRE(run(ds, 2, 1) == sync1);
+  REQUIRE(sync1.first != sync0.first);
+  REQUIRE(sync1.second != sync0.second);
+
+  // With at most 2 shard files open, reads that hop between all 6 still give the same data.
+  PackedOptions few = o;
+  few.max_open_shards = 2;
+  auto small = std::make_shared<PackedImageDataset>(prefix, few);
+  REQUIRE(run(small, 2, 0) == sync0);
+  const std::vector<int64_t> hop{0, 23, 5, 17, 9, 13, 1, 22, 6};
+  REQUIRE(pixels(small->get_batch(hop).data) == pixels(ds->get_batch(hop).data));
+}
