@@ -42,7 +42,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   }
   // Cross-device or device-local: move contiguous bytes of the right dtype.
   Tensor s = src;
-  if (s.device().is_cuda() && (s.dtype() != dtype() || !s.is_contiguous() || s.shape() != shape())) {
+  if (s.device().is_cuda() &&
+      (s.dtype() != dtype() || !s.is_contiguous() || s.shape() != shape())) {
     // Bring the source's whole storage to the host in one copy and view it there with the
     // source's shape, strides and offset (s.to(cpu) would come back here: endless recursion).
     Storage host(s.storage().nbytes(), Device::cpu());
