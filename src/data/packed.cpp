@@ -23,13 +23,12 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/data/image.hpp"
-#include "src/io/hdf5_lock.hpp"
 
 #ifdef DLTRAIN_WITH_HDF5
-#include <fcntl.h>
-#include <hdf5.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "src/io/hdf5_util.hpp"
 #endif
 
 namespace dltrain::data {
@@ -83,74 +82,24 @@ void detail::set_packed_int_attribute(const std::string& path, const std::string
 
 namespace {
 
-using io::hdf5_mutex;  // shared with checkpoints (src/io/hdf5_lock.hpp)
+// The lock, quieting, Hid and checks are shared with checkpoints (src/io/hdf5_util.hpp).
+using io::h5::hdf5_mutex;
+using io::h5::Hid;
+using io::h5::sync_path;
+using io::h5::try_int_attr;
 
-// HDF5 prints its error stack by default (per thread in thread-safe builds); dltrain
-// reports errors as exceptions instead. Call with hdf5_mutex() held.
-void quiet_hdf5() {
-  thread_local bool done = false;
-  if (!done) {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    done = true;
-  }
-}
-
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = o.id_;
-      close_ = o.close_;
-      o.id_ = -1;
-    }
-    return *this;
-  }
-  ~Hid() { reset(); }
-  void reset() {
-    if (id_ >= 0 && close_) close_(id_);
-    id_ = -1;
-  }
-  hid_t get() const { return id_; }
-  operator hid_t() const { return id_; }  // NOLINT: used as an hid_t in HDF5 calls
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
+void quiet_hdf5() { io::h5::quiet(); }
 
 hid_t check_id(hid_t id, const std::string& path, const char* what) {
-  DLTRAIN_CHECK(id >= 0, "packed dataset file '", path, "': HDF5 failed to ", what,
-                "; the file may be truncated or corrupt (or the disk full)");
-  return id;
+  return io::h5::check_id(id, "packed dataset file", path, what);
 }
 
 void check_status(herr_t st, const std::string& path, const char* what) {
-  DLTRAIN_CHECK(st >= 0, "packed dataset file '", path, "': HDF5 failed to ", what,
-                "; the file may be truncated or corrupt (or the disk full)");
+  io::h5::check_status(st, "packed dataset file", path, what);
 }
 
 void write_int_attr(hid_t loc, const char* name, int64_t v, const std::string& path) {
-  if (H5Aexists(loc, name) > 0) check_status(H5Adelete(loc, name), path, "replace an attribute");
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid attr(check_id(H5Acreate2(loc, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), path,
-                    "create an attribute"),
-           H5Aclose);
-  check_status(H5Awrite(attr, H5T_NATIVE_INT64, &v), path, "write an attribute");
-}
-
-std::optional<int64_t> try_int_attr(hid_t loc, const char* name) {
-  if (H5Aexists(loc, name) <= 0) return std::nullopt;
-  Hid attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
-  int64_t v = 0;
-  if (attr.get() < 0 || H5Aread(attr, H5T_NATIVE_INT64, &v) < 0) return std::nullopt;
-  return v;
+  io::h5::write_int_attr(loc, name, v, "packed dataset file", path);
 }
 
 int64_t read_int_attr(hid_t loc, const char* name, const std::string& path) {
@@ -283,14 +232,6 @@ void check_version(hid_t file, const std::string& path) {
   DLTRAIN_CHECK(v >= 1 && v <= kPackedFormatVersion, "packed dataset file '", path,
                 "' is written in packed format ", v, " but this dltrain reads formats up to ",
                 kPackedFormatVersion, "; upgrade dltrain (or repack with this one)");
-}
-
-// fsync a file or directory so a rename that follows is durable.
-void sync_path(const std::string& p, bool directory) {
-  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
 }
 
 void rename_into_place(const std::string& tmp, const std::string& path) {

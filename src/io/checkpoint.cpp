@@ -13,12 +13,9 @@
 #include "dltrain/optim/optimizer.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/version.hpp"
-#include "src/io/hdf5_lock.hpp"
 
 #ifdef DLTRAIN_WITH_HDF5
-#include <fcntl.h>
-#include <hdf5.h>
-#include <unistd.h>
+#include "src/io/hdf5_util.hpp"
 #endif
 
 namespace dltrain::io {
@@ -43,39 +40,15 @@ bool hdf5_supported() { return true; }
 
 namespace {
 
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  ~Hid() {
-    if (id_ >= 0 && close_) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  operator hid_t() const { return id_; }  // NOLINT: used as an hid_t in HDF5 calls
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-// HDF5 prints its own error stack by default; dltrain reports errors as exceptions instead.
-struct QuietHdf5 {
-  QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-};
+using h5::hdf5_mutex;
+using h5::Hid;
 
 hid_t check_id(hid_t id, const std::string& path, const char* what) {
-  DLTRAIN_CHECK(id >= 0, "checkpoint '", path, "': HDF5 failed to ", what,
-                "; the file may be truncated or corrupt (or the disk full)");
-  return id;
+  return h5::check_id(id, "checkpoint", path, what);
 }
 
 void check_status(herr_t st, const std::string& path, const char* what) {
-  DLTRAIN_CHECK(st >= 0, "checkpoint '", path, "': HDF5 failed to ", what,
-                "; the file may be truncated or corrupt (or the disk full)");
+  h5::check_status(st, "checkpoint", path, what);
 }
 
 hid_t h5_type(DType t) {
@@ -135,20 +108,14 @@ std::string read_string_attr(hid_t loc, const std::string& name, const std::stri
 }
 
 void write_int_attr(hid_t loc, const char* name, int64_t v, const std::string& path) {
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid attr(check_id(H5Acreate2(loc, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), path,
-                    "create an attribute"),
-           H5Aclose);
-  check_status(H5Awrite(attr, H5T_NATIVE_INT64, &v), path, "write an attribute");
+  h5::write_int_attr(loc, name, v, "checkpoint", path);
 }
 
 int64_t read_int_attr(hid_t loc, const char* name, const std::string& path) {
-  DLTRAIN_CHECK(H5Aexists(loc, name) > 0, "checkpoint '", path, "': missing attribute '", name,
+  const auto v = h5::try_int_attr(loc, name);
+  DLTRAIN_CHECK(v.has_value(), "checkpoint '", path, "': missing attribute '", name,
                 "'; the file is not a dltrain checkpoint or is corrupt");
-  Hid attr(check_id(H5Aopen(loc, name, H5P_DEFAULT), path, "open an attribute"), H5Aclose);
-  int64_t v = 0;
-  check_status(H5Aread(attr, H5T_NATIVE_INT64, &v), path, "read an attribute");
-  return v;
+  return *v;
 }
 
 Hid create_group(hid_t file, const char* name, const std::string& path) {
@@ -220,19 +187,13 @@ StateDict read_state(hid_t file, const char* group, const std::string& path) {
 
 std::string rotated(const std::string& path, int64_t i) { return path + "." + std::to_string(i); }
 
-// fsync a file or directory so a rename that follows is durable.
-void sync_path(const std::string& p, bool directory) {
-  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
+using h5::sync_path;
 
 }  // namespace
 
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const SaveOptions& options) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
-  thread_local QuietHdf5 quiet;  // the error-stack setting is per thread in thread-safe builds
+  h5::quiet();
   DLTRAIN_CHECK(options.keep_last >= 1, "write_checkpoint: keep_last must be >= 1, got ",
                 options.keep_last);
   namespace fs = std::filesystem;
@@ -287,7 +248,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
 
 Checkpoint read_checkpoint(const std::string& path) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
-  thread_local QuietHdf5 quiet;  // the error-stack setting is per thread in thread-safe builds
+  h5::quiet();
   DLTRAIN_CHECK(std::filesystem::exists(path), "read_checkpoint: no file '", path,
                 "'; check the path (older checkpoints are kept as '", path, ".1', ...)");
   htri_t is_h5 = H5Fis_hdf5(path.c_str());
