@@ -20,6 +20,7 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/error.hpp"
+#include "dltrain/core/parallel.hpp"
 
 namespace dltrain::data {
 
@@ -28,6 +29,14 @@ thread_local bool t_loader_worker = false;
 }  // namespace
 
 bool in_loader_worker() { return t_loader_worker; }
+
+void for_each_sample(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  if (in_loader_worker() || n == 1) {
+    body(0, n);
+  } else {
+    parallel_for(0, n, 1, body);
+  }
+}
 
 void EpochDataset::set_epoch(int64_t epoch) {
   DLTRAIN_CHECK(epoch >= 0, "EpochDataset::set_epoch: epoch must be >= 0, got ", epoch);

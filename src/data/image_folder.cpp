@@ -129,12 +129,7 @@ Batch ImageFolder::get_batch_for_epoch(const std::vector<int64_t>& indices, int6
     for (int64_t i = b; i < e; ++i)
       t[i] = load_into(indices[static_cast<size_t>(i)], epoch, d + i * sample_bytes, buf);
   };
-  // On a loader worker the workers are the parallelism (and the CPU pool runs one job at a
-  // time, so several workers calling parallel_for would serialise).
-  if (in_loader_worker() || n == 1)
-    body(0, n);
-  else
-    parallel_for(0, n, 1, body);
+  for_each_sample(n, body);
   return {data, target};
 }
 

@@ -804,11 +804,7 @@ Batch PackedImageDataset::get_batch_for_epoch(const std::vector<int64_t>& indice
       t[i] = labels_[static_cast<size_t>(j)];
     }
   };
-  // As ImageFolder: on a loader worker the workers are the parallelism.
-  if (in_loader_worker() || n == 1)
-    body(0, n);
-  else
-    parallel_for(0, n, 1, body);
+  for_each_sample(n, body);
   return {data, target};
 }
 

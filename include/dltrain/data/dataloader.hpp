@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <vector>
@@ -32,6 +33,10 @@ namespace dltrain::data {
 
 /// True on a DataLoader worker thread (false in the consumer thread and the CPU pool).
 bool in_loader_worker();
+/// Runs body(begin, end) over the samples [0, n) of a batch being built: split over the CPU
+/// pool when called from the consumer, serially on a loader worker (there the workers are
+/// the parallelism, and the pool runs one job at a time, so workers would serialise on it).
+void for_each_sample(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
 /// A Dataset whose samples depend on the epoch, e.g. through random augmentation.
 /// get_batch_for_epoch() must be a pure function of (indices, epoch) and thread-safe; a
