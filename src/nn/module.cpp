@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_set>
 
 #include "dltrain/autograd/node.hpp"
 
@@ -106,10 +107,9 @@ NamedTensors Module::named_parameters(bool recurse) const {
   collect("", recurse, true, false, out);
   // A parameter shared by two submodules (tied weights) is listed once, as PyTorch.
   NamedTensors unique;
+  std::unordered_set<const TensorImpl*> seen;
   for (auto& p : out) {
-    bool seen = std::any_of(unique.begin(), unique.end(),
-                            [&](const auto& u) { return u.second.impl() == p.second.impl(); });
-    if (!seen) unique.push_back(std::move(p));
+    if (seen.insert(p.second.impl().get()).second) unique.push_back(std::move(p));
   }
   return unique;
 }
