@@ -7,6 +7,7 @@
 
 #include "src/backend/cuda/check.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
+#include "src/backend/cuda/runtime.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -19,35 +20,34 @@ __global__ void fill_kernel(T* p, int64_t n, T v) {
 }
 
 template <class T>
-void launch(void* p, int64_t n, T v) {
+void launch(void* p, int64_t n, T v, int dev) {
   if (n == 0) return;
   const int threads = 256;
-  const int64_t blocks64 = (n + threads - 1) / threads;
-  const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
-  fill_kernel<T><<<blocks, threads, 0, cudaStreamPerThread>>>(static_cast<T*>(p), n, v);
+  fill_kernel<T><<<grid_for(n, threads, dev), threads, 0, stream(dev)>>>(static_cast<T*>(p), n, v);
   DLTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace
 
 void fill(void* p, DType dtype, int64_t n, double value, Device device) {
-  DLTRAIN_CUDA_CHECK(cudaSetDevice(device.index));
+  Guard g(device);
+  const int d = device.index;
   switch (dtype) {
     case DType::f32:
-      return launch<float>(p, n, static_cast<float>(value));
+      return launch<float>(p, n, static_cast<float>(value), d);
     case DType::f64:
-      return launch<double>(p, n, value);
+      return launch<double>(p, n, value, d);
     case DType::f16:
-      return launch<__half>(p, n, __double2half(value));
+      return launch<__half>(p, n, __double2half(value), d);
     case DType::bf16:
-      return launch<__nv_bfloat16>(p, n, __double2bfloat16(value));
+      return launch<__nv_bfloat16>(p, n, __double2bfloat16(value), d);
     case DType::i32:
-      return launch<int32_t>(p, n, static_cast<int32_t>(value));
+      return launch<int32_t>(p, n, static_cast<int32_t>(value), d);
     case DType::i64:
-      return launch<int64_t>(p, n, static_cast<int64_t>(value));
+      return launch<int64_t>(p, n, static_cast<int64_t>(value), d);
     case DType::u8:
-      return launch<uint8_t>(p, n, static_cast<uint8_t>(value));
+      return launch<uint8_t>(p, n, static_cast<uint8_t>(value), d);
     case DType::b8:
-      return launch<bool>(p, n, value != 0.0);
+      return launch<bool>(p, n, value != 0.0, d);
   }
 }
 

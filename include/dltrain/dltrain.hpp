@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/device.hpp"
 #include "dltrain/core/dtype.hpp"
 #include "dltrain/core/error.hpp"

@@ -124,9 +124,17 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
     if (p == nullptr) p = raw_alloc(cls);
     data_ = std::shared_ptr<void>(p, [cls](void* q) { cache().give(q, cls); });
   } else {
-    void* p = backend::cuda::allocate(nbytes, device);
-    data_ = std::shared_ptr<void>(p, [device](void* q) { backend::cuda::deallocate(q, device); });
+    data_ = backend::cuda::allocate(nbytes, device);
   }
+}
+
+Storage Storage::pinned(size_t nbytes) {
+  Storage s;
+  s.data_ = backend::cuda::allocate_pinned(nbytes);
+  s.nbytes_ = nbytes;
+  s.device_ = Device::cpu();
+  s.pinned_ = true;
+  return s;
 }
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)

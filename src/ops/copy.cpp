@@ -8,6 +8,7 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
+#include "src/backend/cuda/elementwise.hpp"
 
 namespace dltrain {
 
@@ -26,6 +27,16 @@ MemoryFormat resolve(MemoryFormat fmt, const Tensor& t) {
   return fmt == MemoryFormat::Preserve ? t.suggest_memory_format() : fmt;
 }
 
+// Dense: the elements fill [data_ptr, data_ptr + numel) in some order (contiguous or
+// channels-last); two dense tensors with equal shape and strides can be copied as bytes.
+bool dense(const Tensor& t) {
+  return t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(MemoryFormat::ChannelsLast));
+}
+bool bytes_compatible(const Tensor& dst, const Tensor& src) {
+  return dst.dtype() == src.dtype() && dst.shape() == src.shape() && dense(dst) &&
+         dense(src) && (dst.strides() == src.strides() || dst.numel() <= 1);
+}
+
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
@@ -36,38 +47,54 @@ Tensor& Tensor::copy_(const Tensor& src) {
   DLTRAIN_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source shape ",
                 shape_str(src.shape()), " does not broadcast to destination shape ",
                 shape_str(shape()));
+  if (numel() == 0) return *this;
   if (device().is_cpu() && src.device().is_cpu()) {
     cpu_convert(*this, src);
     return *this;
   }
-  // Cross-device or device-local: move contiguous bytes of the right dtype.
-  Tensor s = src;
-  if (s.device().is_cuda() &&
-      (s.dtype() != dtype() || !s.is_contiguous() || s.shape() != shape())) {
-    // Bring the source's whole storage to the host in one copy and view it there with the
-    // source's shape, strides and offset (s.to(cpu) would come back here: endless recursion).
-    Storage host(s.storage().nbytes(), Device::cpu());
-    backend::cuda::copy_bytes(host.data(), Device::cpu(), s.storage().data(), s.device(),
-                              s.storage().nbytes());
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = host;
-    impl->shape = s.shape();
-    impl->strides = s.strides();
-    impl->offset = s.storage_offset();
-    impl->dtype = s.dtype();
-    s = Tensor(impl);
+  if (device() == src.device()) {  // one CUDA device: one strided, converting kernel
+    backend::cuda::copy(*this, src);
+    return *this;
   }
-  if (s.device().is_cpu()) {
-    Tensor staged = empty(shape(), TensorOptions(dtype()));
-    cpu_convert(staged, s);
+  // Across devices, bytes move between dense buffers of equal dtype and layout: the source
+  // is converted and laid out like the destination on its own side first, and the
+  // destination receives into a dense staging buffer when it is not dense itself.
+  Tensor dst_dense = dense(*this) ? *this : empty(shape(), options());
+  Tensor s = src;
+  if (!bytes_compatible(dst_dense, s)) {
+    Tensor staged = empty_strided(dst_dense.shape(), dst_dense.strides(),
+                                  TensorOptions(dtype()).with_device(src.device()));
+    if (src.device().is_cpu())
+      cpu_convert(staged, src);
+    else
+      backend::cuda::copy(staged, src);
     s = staged;
   }
-  DLTRAIN_CHECK(is_contiguous(), "copy_: non-contiguous CUDA destinations (shape ",
-                shape_str(shape()),
-                ") are not supported by this build; copy into a contiguous tensor");
-  backend::cuda::copy_bytes(data_ptr(), device(), s.data_ptr(), s.device(),
-                            numel() * element_size());
+  backend::cuda::copy_bytes(dst_dense.data_ptr(), device(), s.data_ptr(), s.device(),
+                            static_cast<size_t>(numel()) * element_size());
+  if (dst_dense.data_ptr() != data_ptr()) {
+    if (device().is_cpu())
+      cpu_convert(*this, dst_dense);
+    else
+      backend::cuda::copy(*this, dst_dense);
+  }
   return *this;
+}
+
+Tensor Tensor::pin_memory() const {
+  checked();
+  DLTRAIN_CHECK(device().is_cpu(), "pin_memory: the tensor is already on ", device(),
+                "; only CPU tensors can be pinned");
+  if (is_pinned()) return *this;
+  Tensor src = contiguous();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::pinned(static_cast<size_t>(numel()) * element_size());
+  impl->shape = shape();
+  impl->strides = contiguous_strides(shape());
+  impl->dtype = dtype();
+  if (numel() > 0)
+    std::memcpy(impl->storage.data(), src.data_ptr(), static_cast<size_t>(numel()) * element_size());
+  return Tensor(impl);
 }
 
 Tensor Tensor::clone(MemoryFormat fmt) const {
@@ -106,12 +133,17 @@ Tensor Tensor::to(DType dt) const {
   return out;
 }
 
-Tensor Tensor::to(Device dev, bool /*non_blocking*/) const {
+Tensor Tensor::to(Device dev, bool non_blocking) const {
   checked();
   if (dev == device()) return *this;
-  Tensor src = contiguous();
-  Tensor out = empty(shape(), TensorOptions(dtype()).with_device(dev));
-  {
+  // Keep the layout (a channels-last batch stays channels-last) and move dense bytes.
+  const MemoryFormat fmt = suggest_memory_format();
+  Tensor src = contiguous(fmt);
+  Tensor out = empty(shape(), fmt, TensorOptions(dtype()).with_device(dev));
+  if (non_blocking && src.is_pinned() && dev.is_cuda()) {
+    backend::cuda::copy_bytes(out.data_ptr(), dev, src.data_ptr(), src.device(),
+                              static_cast<size_t>(numel()) * element_size(), /*async=*/true);
+  } else {
     NoGradGuard g;
     out.copy_(src);
   }

@@ -26,7 +26,13 @@ class Storage {
   /// Wraps memory owned elsewhere; `deleter` runs when the last owner goes.
   Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
 
+  /// Page-locked host memory (CPU device) from the CUDA backend's pool: host<->device copies
+  /// from it run asynchronously. Throws when no CUDA device is visible.
+  static Storage pinned(size_t nbytes);
+
   void* data() const { return data_.get(); }
+  /// True for page-locked host memory from Storage::pinned.
+  bool is_pinned() const { return pinned_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool defined() const { return data_ != nullptr || nbytes_ == 0; }
@@ -37,6 +43,7 @@ class Storage {
   std::shared_ptr<void> data_;
   size_t nbytes_ = 0;
   Device device_;
+  bool pinned_ = false;
 };
 
 /// Bytes currently held in the CPU block cache (freed blocks kept for reuse).

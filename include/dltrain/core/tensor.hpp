@@ -181,7 +181,13 @@ class Tensor {
   /// Copies src (broadcast to this shape, any dtype/device) into this tensor, in place.
   Tensor& copy_(const Tensor& src);
   Tensor to(DType dtype) const;
+  /// Copy to `device`. non_blocking: a host-to-device copy from pinned memory (pin_memory())
+  /// is enqueued on the device's current stream and returns at once, as in PyTorch; every
+  /// other copy returns when it is done.
   Tensor to(Device device, bool non_blocking = false) const;
+  /// A copy of this CPU tensor in page-locked memory (this tensor if already pinned).
+  Tensor pin_memory() const;
+  bool is_pinned() const { return impl()->storage.is_pinned(); }
   Tensor to(MemoryFormat fmt) const;
   /// Fills with a value, in place.
   Tensor& fill_(double value);
