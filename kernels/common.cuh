@@ -245,8 +245,8 @@ __global__ void map_strided_kernel(OffsetCalc<1 + sizeof...(In)> calc, int64_t n
 }
 
 template <class Out, class... In, class Op, size_t... I>
-__device__ __forceinline__ void map_vec(Out* out, const void* const* in, int64_t base,
-                                        const Op& op, std::index_sequence<I...>) {
+__device__ __forceinline__ void map_vec(Out* out, const void* const* in, int64_t base, const Op& op,
+                                        std::index_sequence<I...>) {
   // Vector loads of every input, then one vector store of the output.
   ::cuda::std::tuple<VecT<In, kVec>...> loads{
       *reinterpret_cast<const VecT<In, kVec>*>(static_cast<const In*>(in[I]) + base)...};
@@ -302,8 +302,8 @@ void launch_map(const Tensor& out, Op op, TensorRef<In>... in) {
     bool vec = n >= kVec && aligned_for_vec(o, sizeof(Out));
     ((vec = vec && aligned_for_vec(in.data_ptr(), sizeof(In))), ...);
     const int64_t work = vec ? (n + kVec - 1) / kVec : n;
-    map_contiguous_kernel<Op, Out, In...><<<grid_for(work, kMapThreads, dev), kMapThreads, 0, s>>>(
-        n, o, ptrs, op, vec);
+    map_contiguous_kernel<Op, Out, In...>
+        <<<grid_for(work, kMapThreads, dev), kMapThreads, 0, s>>>(n, o, ptrs, op, vec);
   } else {
     map_strided_kernel<Op, Out, In...>
         <<<grid_for(n, kMapThreads, dev), kMapThreads, 0, s>>>(plan.calc, n, o, ptrs, op);

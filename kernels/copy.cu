@@ -27,9 +27,8 @@ void copy(const Tensor& dst, const Tensor& src) {
     return;
   }
   cu_dispatch_all(dst.dtype(), "copy", [&]<class D>() {
-    cu_dispatch_all(src.dtype(), "copy", [&]<class S>() {
-      launch_map<D, S>(dst, ConvertOp<D, S>{}, src);
-    });
+    cu_dispatch_all(src.dtype(), "copy",
+                    [&]<class S>() { launch_map<D, S>(dst, ConvertOp<D, S>{}, src); });
   });
 }
 

@@ -12,6 +12,7 @@
 #include "dltrain/core/tensor.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/dataset.hpp"
+#include "dltrain/data/device_prefetcher.hpp"
 #include "dltrain/data/idx.hpp"
 #include "dltrain/data/image.hpp"
 #include "dltrain/data/image_folder.hpp"

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/parallel.hpp"
 
@@ -62,18 +63,20 @@ struct DataLoader::Epoch {
   int64_t claimed = 0;    // batches handed to workers so far
   int64_t delivered = 0;  // batches taken by the consumer so far
   int64_t capacity = 0;
+  bool pin_memory = false;
   bool stop = false;
   std::map<int64_t, Slot> ready;
   std::vector<std::thread> workers;
 
   Epoch(std::shared_ptr<Dataset> ds, int64_t epoch, std::vector<std::vector<int64_t>> b,
-        int64_t num_workers, int64_t prefetch, std::shared_ptr<LoaderStats> st)
+        int64_t num_workers, int64_t prefetch, bool pin, std::shared_ptr<LoaderStats> st)
       : stats(std::move(st)),
         dataset(std::move(ds)),
         epoch_dataset(dynamic_cast<const EpochDataset*>(dataset.get())),
         epoch_number(epoch),
         batches(std::move(b)),
-        capacity(num_workers * prefetch) {
+        capacity(num_workers * prefetch),
+        pin_memory(pin) {
     if (num_workers == 0 || batches.empty()) return;
     try {
       for (int64_t w = 0; w < num_workers; ++w) workers.emplace_back([this] { work(); });
@@ -96,8 +99,13 @@ struct DataLoader::Epoch {
 
   Batch build(int64_t k) const {
     const auto& idx = batches[static_cast<size_t>(k)];
-    return epoch_dataset ? epoch_dataset->get_batch_for_epoch(idx, epoch_number)
-                         : dataset->get_batch(idx);
+    Batch b = epoch_dataset ? epoch_dataset->get_batch_for_epoch(idx, epoch_number)
+                            : dataset->get_batch(idx);
+    if (pin_memory) {
+      if (b.data.defined() && b.data.device().is_cpu()) b.data = b.data.pin_memory();
+      if (b.target.defined() && b.target.device().is_cpu()) b.target = b.target.pin_memory();
+    }
+    return b;
   }
 
   void work() {
@@ -174,6 +182,10 @@ void check_options(const std::shared_ptr<Dataset>& dataset, const DataLoaderOpti
                 o.num_workers);
   DLTRAIN_CHECK(o.prefetch_factor >= 1, "DataLoader: prefetch_factor must be >= 1, got ",
                 o.prefetch_factor);
+  DLTRAIN_CHECK(!o.pin_memory || cuda::is_available(),
+                "DataLoader: pin_memory needs a CUDA device and none is visible",
+                cuda::device_count() == 0 ? " (no GPU or driver on this machine)" : "",
+                "; set pin_memory = false");
 }
 
 std::shared_ptr<Sampler> default_sampler(const std::shared_ptr<Dataset>& dataset,
@@ -229,7 +241,8 @@ DataLoader::Iterator DataLoader::begin() const {
   batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));
   *stats_ = LoaderStats{};
   return Iterator(std::make_shared<Epoch>(dataset_, sampler_->epoch(), std::move(batches),
-                                          options_.num_workers, options_.prefetch_factor, stats_));
+                                          options_.num_workers, options_.prefetch_factor,
+                                          options_.pin_memory, stats_));
 }
 
 DataLoader::Iterator::Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)) { ++*this; }

@@ -18,6 +18,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/generator.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/backend/cuda/image.hpp"
 
 namespace dltrain::data {
 
@@ -405,13 +406,14 @@ void ImagePipeline::apply_jpeg(const uint8_t* data, size_t n, uint64_t seed, int
 // --- to_float_batch ------------------------------------------------------------------
 
 Tensor to_float_batch(const Tensor& batch, const std::vector<float>& mean,
-                      const std::vector<float>& std, MemoryFormat format) {
+                      const std::vector<float>& std, MemoryFormat format, DType dtype) {
   DLTRAIN_CHECK(batch.defined() && batch.dtype() == DType::u8 && batch.dim() == 4,
                 "to_float_batch: expected a u8 batch [N, H, W, C], got ",
                 batch.defined() ? dtype_name(batch.dtype()) : "undefined", " ",
                 batch.defined() ? shape_str(batch.shape()) : "");
-  DLTRAIN_CHECK(batch.device().is_cpu(), "to_float_batch: the batch must be on the CPU, got ",
-                batch.device().str());
+  DLTRAIN_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
+                "to_float_batch: the output dtype must be f32, f16 or bf16, got ",
+                dtype_name(dtype));
   DLTRAIN_CHECK(format != MemoryFormat::Preserve,
                 "to_float_batch: choose MemoryFormat::Contiguous (NCHW) or ChannelsLast");
   const int64_t n = batch.size(0), h = batch.size(1), w = batch.size(2), c = batch.size(3);
@@ -426,6 +428,16 @@ Tensor to_float_batch(const Tensor& batch, const std::vector<float>& mean,
   };
   const auto m = per_channel(mean, "mean", 0.f), s = per_channel(std, "std", 1.f);
   for (float v : s) DLTRAIN_CHECK(v > 0, "to_float_batch: every std must be > 0, got ", v);
+  if (batch.device().is_cuda()) {
+    std::vector<float> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+    for (size_t k = 0; k < scale.size(); ++k) {
+      scale[k] = 1.f / (255.f * s[k]);
+      shift[k] = -m[k] / s[k];
+    }
+    Tensor out = empty({n, c, h, w}, format, TensorOptions(dtype).with_device(batch.device()));
+    backend::cuda::normalize_image(out, batch, scale, shift);
+    return out;
+  }
   std::vector<float> lut(static_cast<size_t>(c * 256));
   for (int64_t k = 0; k < c; ++k)
     for (int v = 0; v < 256; ++v)
@@ -456,7 +468,7 @@ Tensor to_float_batch(const Tensor& batch, const std::vector<float>& mean,
       }
     });
   }
-  return out;
+  return dtype == DType::f32 ? out : out.to(dtype);
 }
 
 }  // namespace dltrain::data

@@ -33,13 +33,13 @@ bool dense(const Tensor& t) {
   return t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(MemoryFormat::ChannelsLast));
 }
 bool bytes_compatible(const Tensor& dst, const Tensor& src) {
-  return dst.dtype() == src.dtype() && dst.shape() == src.shape() && dense(dst) &&
-         dense(src) && (dst.strides() == src.strides() || dst.numel() <= 1);
+  return dst.dtype() == src.dtype() && dst.shape() == src.shape() && dense(dst) && dense(src) &&
+         (dst.strides() == src.strides() || dst.numel() <= 1);
 }
 
 }  // namespace
 
-Tensor& Tensor::copy_(const Tensor& src) {
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   checked();
   DLTRAIN_CHECK(src.defined(), "copy_: source tensor is undefined");
   DLTRAIN_CHECK(!(requires_grad() && is_leaf() && autograd::grad_mode_enabled()),
@@ -70,8 +70,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
       backend::cuda::copy(staged, src);
     s = staged;
   }
+  const bool async = non_blocking && dst_dense.data_ptr() == data_ptr() &&
+                     (s.device().is_cpu() ? s.is_pinned() : dst_dense.is_pinned());
   backend::cuda::copy_bytes(dst_dense.data_ptr(), device(), s.data_ptr(), s.device(),
-                            static_cast<size_t>(numel()) * element_size());
+                            static_cast<size_t>(numel()) * element_size(), async);
   if (dst_dense.data_ptr() != data_ptr()) {
     if (device().is_cpu())
       cpu_convert(*this, dst_dense);
@@ -93,7 +95,8 @@ Tensor Tensor::pin_memory() const {
   impl->strides = contiguous_strides(shape());
   impl->dtype = dtype();
   if (numel() > 0)
-    std::memcpy(impl->storage.data(), src.data_ptr(), static_cast<size_t>(numel()) * element_size());
+    std::memcpy(impl->storage.data(), src.data_ptr(),
+                static_cast<size_t>(numel()) * element_size());
   return Tensor(impl);
 }
 
@@ -140,12 +143,9 @@ Tensor Tensor::to(Device dev, bool non_blocking) const {
   const MemoryFormat fmt = suggest_memory_format();
   Tensor src = contiguous(fmt);
   Tensor out = empty(shape(), fmt, TensorOptions(dtype()).with_device(dev));
-  if (non_blocking && src.is_pinned() && dev.is_cuda()) {
-    backend::cuda::copy_bytes(out.data_ptr(), dev, src.data_ptr(), src.device(),
-                              static_cast<size_t>(numel()) * element_size(), /*async=*/true);
-  } else {
+  {
     NoGradGuard g;
-    out.copy_(src);
+    out.copy_(src, non_blocking);
   }
   const Device from = device();
   autograd::record("to_device", {*this}, {out}, [from](const std::vector<Tensor>& g) {

@@ -179,7 +179,11 @@ class Tensor {
   Tensor contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;
   Tensor clone(MemoryFormat fmt = MemoryFormat::Preserve) const;
   /// Copies src (broadcast to this shape, any dtype/device) into this tensor, in place.
-  Tensor& copy_(const Tensor& src);
+  /// non_blocking: a copy between pinned host memory and a CUDA device that needs no
+  /// conversion is enqueued on the device's current stream and returns at once (order the
+  /// consumer with a cuda::Event, keep both tensors alive until it has run); every other copy
+  /// returns when it is done.
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Tensor to(DType dtype) const;
   /// Copy to `device`. non_blocking: a host-to-device copy from pinned memory (pin_memory())
   /// is enqueued on the device's current stream and returns at once, as in PyTorch; every

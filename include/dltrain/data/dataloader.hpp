@@ -71,6 +71,10 @@ struct DataLoaderOptions {
   int64_t num_workers = 0;
   /// Batches each worker may have in flight ahead of the consumer (>= 1).
   int64_t prefetch_factor = 2;
+  /// Deliver batches in page-locked host memory (from the CUDA backend's pinned pool, copied
+  /// there on the worker that built the batch), so that `to(device, true)` and
+  /// DevicePrefetcher copy them to the GPU asynchronously. Needs a CUDA device.
+  bool pin_memory = false;
 };
 
 /// How long the consumer waited for its batches during one epoch: the time spent inside the

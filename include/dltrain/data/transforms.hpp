@@ -178,14 +178,17 @@ struct ImagePipeline {
 inline const std::vector<float> kImageNetMean{0.485f, 0.456f, 0.406f};
 inline const std::vector<float> kImageNetStd{0.229f, 0.224f, 0.225f};
 
-/// Converts a u8 batch [N, H, W, C] (as ImageFolder returns it) to f32 with the logical
-/// shape [N, C, H, W], y = (x / 255 - mean[c]) / std[c], stored NCHW (Contiguous) or NHWC
-/// (ChannelsLast, strides of x.contiguous(MemoryFormat::ChannelsLast)). One pass through a
-/// per-channel 256-entry table, split over the CPU pool. `mean` and `std` hold 1 value or C;
-/// empty means 0 and 1. Throws dltrain::Error on a non-u8, non-4-d or non-CPU input, wrong
-/// mean/std sizes, a std <= 0, or MemoryFormat::Preserve.
+/// Converts a u8 batch [N, H, W, C] (as ImageFolder returns it) to `dtype` (f32, f16 or bf16)
+/// with the logical shape [N, C, H, W], y = (x / 255 - mean[c]) / std[c], stored NCHW
+/// (Contiguous) or NHWC (ChannelsLast, strides of x.contiguous(MemoryFormat::ChannelsLast)),
+/// on the batch's device. On the CPU: one pass through a per-channel 256-entry table, split
+/// over the CPU pool. On a CUDA device: one kernel (y = x * scale[c] + shift[c] in float,
+/// rounded once to `dtype`), so only uint8 crosses PCIe. `mean` and `std` hold 1 value or C
+/// (at most 64 channels on CUDA); empty means 0 and 1. Throws dltrain::Error on a non-u8 or
+/// non-4-d input, wrong mean/std sizes, a std <= 0, a non-floating dtype or
+/// MemoryFormat::Preserve.
 Tensor to_float_batch(const Tensor& batch_u8_nhwc, const std::vector<float>& mean,
-                      const std::vector<float>& std,
-                      MemoryFormat format = MemoryFormat::Contiguous);
+                      const std::vector<float>& std, MemoryFormat format = MemoryFormat::Contiguous,
+                      DType dtype = DType::f32);
 
 }  // namespace dltrain::data

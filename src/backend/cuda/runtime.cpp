@@ -131,8 +131,8 @@ std::shared_ptr<void> allocate(size_t nbytes, Device device) {
                  " bytes free; reduce the batch size or use AMP");
   }
   DLTRAIN_CUDA_CHECK(err);
-  const int64_t now = st.allocated.fetch_add(static_cast<int64_t>(nbytes)) +
-                      static_cast<int64_t>(nbytes);
+  const int64_t now =
+      st.allocated.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = st.peak.load();
   while (now > peak && !st.peak.compare_exchange_weak(peak, now)) {
   }
@@ -168,8 +168,9 @@ std::shared_ptr<void> allocate_pinned(size_t nbytes) {
     const cudaError_t err = cudaHostAlloc(&p, cls, cudaHostAllocDefault);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      DLTRAIN_FAIL("cudaHostAlloc of ", cls, " bytes of pinned memory failed: ",
-                   cudaGetErrorString(err), "; lower num_workers/prefetch_factor or pin less");
+      DLTRAIN_FAIL("cudaHostAlloc of ", cls,
+                   " bytes of pinned memory failed: ", cudaGetErrorString(err),
+                   "; lower num_workers/prefetch_factor or pin less");
     }
   }
   return std::shared_ptr<void>(p, [cls](void* q) {
@@ -250,9 +251,11 @@ Stream Stream::create(int device, bool high_priority) {
   int lo = 0, hi = 0;
   DLTRAIN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   cudaStream_t s = nullptr;
-  DLTRAIN_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high_priority ? hi : lo));
+  DLTRAIN_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high_priority ? hi : lo));
   Stream out;
-  out.handle_ = std::shared_ptr<void>(s, [](void* p) { cudaStreamDestroy(static_cast<cudaStream_t>(p)); });
+  out.handle_ =
+      std::shared_ptr<void>(s, [](void* p) { cudaStreamDestroy(static_cast<cudaStream_t>(p)); });
   out.device_ = d;
   return out;
 }
@@ -308,8 +311,10 @@ Event::Event(bool timing) {
   DLTRAIN_CHECK(bk::device_count() > 0, "cuda::Event needs a CUDA device; none is visible");
   device_ = current_device();
   cudaEvent_t e = nullptr;
-  DLTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
-  handle_ = std::shared_ptr<void>(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+  DLTRAIN_CUDA_CHECK(
+      cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  handle_ =
+      std::shared_ptr<void>(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
 }
 
 void Event::record() { record(current_stream(device_)); }
