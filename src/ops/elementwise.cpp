@@ -1,9 +1,12 @@
 // Broadcasting elementwise ops and their gradients.
 //
-// Each op converts its inputs to the promoted dtype, runs one strided CPU loop
-// in the accumulation type (float for f16/bf16), and records a node whose
-// backward is written with ops; gradients of broadcast inputs are reduced back
-// with sum_to. Unary outputs keep the input's memory format.
+// Each op converts its inputs to the promoted dtype, runs one strided loop in the
+// accumulation type (float for f16/bf16) -- on the CPU, or the CUDA kernel of the same op
+// code (backend::cuda, src/backend/cuda/elementwise.hpp) when the inputs are on a CUDA
+// device -- and records a node whose backward is written with ops; gradients of broadcast
+// inputs are reduced back with sum_to. Every helper names its op by one backend op code,
+// which also gives its error-message name, and passes the CPU formula beside it. Unary
+// outputs keep the input's memory format.
 #include "dltrain/ops/elementwise.hpp"
 
 #include <cmath>
@@ -12,6 +15,7 @@
 #include "dltrain/ops/reduction.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
+#include "src/backend/cuda/elementwise.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -20,6 +24,11 @@ using backend::cpu::binary_map;
 using backend::cpu::cast;
 using backend::cpu::ternary_map;
 using backend::cpu::unary_map;
+namespace cu = backend::cuda;
+using cu::BinaryOp;
+using cu::CompareOp;
+using cu::GradOp;
+using cu::UnaryOp;
 
 namespace {
 
@@ -34,27 +43,43 @@ Tensor out_like(const Shape& shape, DType dt, const Tensor& like) {
   return empty(shape, fmt, TensorOptions(dt).with_device(like.device()));
 }
 
-// Applies op(acc) -> acc to a floating tensor (ints are computed as float32).
+// Applies op(acc) -> acc to a floating tensor (ints are computed as float32); `code` (with
+// parameters a, b) is the same op for CUDA tensors.
 template <class Op>
-Tensor unary_float(const char* name, const Tensor& x, Op op) {
+Tensor unary_float(UnaryOp code, const Tensor& x, Op op, double a = 0, double b = 0) {
+  const char* name = cu::op_name(code);
   detail::check_defined(name, x, "input");
-  detail::require_cpu(name, {&x});
   const DType dt = is_floating(x.dtype()) ? x.dtype() : DType::f32;
   Tensor xin = x.dtype() == dt ? x : x.detach().to(dt);
   Tensor out = out_like(x.shape(), dt, x);
+  if (x.device().is_cuda()) {
+    cu::unary(code, out, xin, a, b);
+    return out;
+  }
   dispatch_floating(dt, name, [&]<class T>() {
     unary_map<T, T>(out, xin, [&](T v) { return T(op(static_cast<acc_t<T>>(v))); });
   });
   return out;
 }
 
-// op(acc a, acc b) -> acc on two same-dtype floating tensors (broadcasting), for backward kernels.
-template <class Op>
-Tensor binary_float(const char* name, const Tensor& a, const Tensor& b, Op op) {
+// op(acc a, acc b) -> acc on two floating tensors (promoted, broadcasting): backward kernels
+// (code a GradOp, parameters p0, p1) and pow (BinaryOp::Pow).
+template <class Code, class Op>
+Tensor binary_float(Code code, const Tensor& a, const Tensor& b, Op op, double p0 = 0,
+                    double p1 = 0) {
+  const char* name = cu::op_name(code);
+  detail::check_same_device(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   const DType dt = promote_types(a.dtype(), b.dtype());
   Tensor ac = a.dtype() == dt ? a : a.to(dt), bc = b.dtype() == dt ? b : b.to(dt);
   Tensor out = out_like(shape, dt, a);
+  if (a.device().is_cuda()) {
+    if constexpr (std::is_same_v<Code, BinaryOp>)
+      cu::binary(code, out, ac, bc, p0);
+    else
+      cu::binary_grad(code, out, ac, bc, p0, p1);
+    return out;
+  }
   dispatch_floating(dt, name, [&]<class T>() {
     binary_map<T, T, T>(out, ac, bc, [&](T x, T y) {
       return T(op(static_cast<acc_t<T>>(x), static_cast<acc_t<T>>(y)));
@@ -63,20 +88,24 @@ Tensor binary_float(const char* name, const Tensor& a, const Tensor& b, Op op) {
   return out;
 }
 
-enum class BinOp { Add, Sub, Mul, Div, Max, Min };
-
-// Raw arithmetic with promotion and broadcasting (no autograd).
-Tensor binary_raw(const char* name, BinOp kind, const Tensor& a, const Tensor& b, double alpha) {
+// Raw arithmetic with promotion and broadcasting (no autograd); kind is Add, Sub, Mul, Div,
+// Max or Min.
+Tensor binary_raw(BinaryOp kind, const Tensor& a, const Tensor& b, double alpha) {
+  const char* name = cu::op_name(kind);
   detail::check_defined(name, a, "self");
   detail::check_defined(name, b, "other");
-  detail::require_cpu(name, {&a, &b});
+  detail::check_same_device(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType dt = promote_types(a.dtype(), b.dtype());
-  if (kind == BinOp::Div && !is_floating(dt)) dt = DType::f32;  // true division
+  if (kind == BinaryOp::Div && !is_floating(dt)) dt = DType::f32;  // true division
   if (dt == DType::b8) dt = DType::u8;
   Tensor ac = a.dtype() == dt ? a : a.detach().to(dt);
   Tensor bc = b.dtype() == dt ? b : b.detach().to(dt);
   Tensor out = out_like(shape, dt, a);
+  if (a.device().is_cuda()) {
+    cu::binary(kind, out, ac, bc, alpha);
+    return out;
+  }
   dispatch_numeric(dt, name, [&]<class T>() {
     using A = acc_t<T>;
     const A al = static_cast<A>(alpha);
@@ -85,30 +114,32 @@ Tensor binary_raw(const char* name, BinOp kind, const Tensor& a, const Tensor& b
                           [&](T x, T y) { return cast<T>(f(cast<A>(x), cast<A>(y))); });
     };
     switch (kind) {
-      case BinOp::Add:
+      case BinaryOp::Add:
         if (alpha == 1.0)
           run([](A x, A y) { return x + y; });
         else
           run([al](A x, A y) { return x + al * y; });
         break;
-      case BinOp::Sub:
+      case BinaryOp::Sub:
         if (alpha == 1.0)
           run([](A x, A y) { return x - y; });
         else
           run([al](A x, A y) { return x - al * y; });
         break;
-      case BinOp::Mul:
+      case BinaryOp::Mul:
         run([](A x, A y) { return x * y; });
         break;
-      case BinOp::Div:
+      case BinaryOp::Div:
         if constexpr (std::is_floating_point_v<A>) run([](A x, A y) { return x / y; });
         break;
-      case BinOp::Max:
+      case BinaryOp::Max:
         run([](A x, A y) { return (x > y || x != x) ? x : y; });
         break;
-      case BinOp::Min:
+      case BinaryOp::Min:
         run([](A x, A y) { return (x < y || x != x) ? x : y; });
         break;
+      case BinaryOp::Pow:
+        DLTRAIN_FAIL("binary_raw: pow goes through binary_float");
     }
   });
   return out;
@@ -140,34 +171,40 @@ void check_inplace(const char* op, const Tensor& self) {
                 "update in NoGradGuard (as optimizers do) or work on a detach()ed copy");
 }
 
-Tensor compare(const char* name, const Tensor& a, const Tensor& b, int kind) {
-  detail::require_cpu(name, {&a, &b});
+Tensor compare(const char* name, const Tensor& a, const Tensor& b, CompareOp kind) {
+  detail::check_defined(name, a, "self");
+  detail::check_defined(name, b, "other");
+  detail::check_same_device(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   const DType dt = promote_types(a.dtype(), b.dtype());
   Tensor ac = a.dtype() == dt ? a : a.detach().to(dt), bc = b.dtype() == dt ? b : b.detach().to(dt);
   Tensor out = empty(shape, TensorOptions(DType::b8).with_device(a.device()));
+  if (a.device().is_cuda()) {
+    cu::compare(kind, out, ac, bc);
+    return out;
+  }
   dispatch_all(dt, [&]<class T>() {
     using A = acc_t<T>;
     auto run = [&](auto f) {
       binary_map<bool, T, T>(out, ac, bc, [&](T x, T y) { return f(cast<A>(x), cast<A>(y)); });
     };
     switch (kind) {
-      case 0:
+      case CompareOp::Eq:
         run([](A x, A y) { return x == y; });
         break;
-      case 1:
+      case CompareOp::Ne:
         run([](A x, A y) { return x != y; });
         break;
-      case 2:
+      case CompareOp::Lt:
         run([](A x, A y) { return x < y; });
         break;
-      case 3:
+      case CompareOp::Le:
         run([](A x, A y) { return x <= y; });
         break;
-      case 4:
+      case CompareOp::Gt:
         run([](A x, A y) { return x > y; });
         break;
-      default:
+      case CompareOp::Ge:
         run([](A x, A y) { return x >= y; });
         break;
     }
@@ -180,7 +217,7 @@ Tensor compare(const char* name, const Tensor& a, const Tensor& b, int kind) {
 // --- binary arithmetic ------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = binary_raw("add", BinOp::Add, a, b, alpha);
+  Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
   autograd::record(
       "add", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
         return std::vector<Tensor>{
@@ -191,7 +228,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = binary_raw("sub", BinOp::Sub, a, b, alpha);
+  Tensor out = binary_raw(BinaryOp::Sub, a, b, alpha);
   autograd::record(
       "sub", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
         return std::vector<Tensor>{a.requires_grad ? grad_for(g[0], a) : Tensor(),
@@ -201,7 +238,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_raw("mul", BinOp::Mul, a, b, 1.0);
+  Tensor out = binary_raw(BinaryOp::Mul, a, b, 1.0);
   autograd::record("mul", {a, b}, {out},
                    [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
                     rb = b.requires_grad()](const std::vector<Tensor>& g) {
@@ -212,7 +249,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_raw("div", BinOp::Div, a, b, 1.0);
+  Tensor out = binary_raw(BinaryOp::Div, a, b, 1.0);
   autograd::record("div", {a, b}, {out},
                    [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
                     rb = b.requires_grad()](const std::vector<Tensor>& g) {
@@ -230,17 +267,19 @@ Tensor mul(const Tensor& a, double b) { return mul(a, wrap_scalar(a, b)); }
 Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
 
 namespace {
-Tensor extremum(const char* name, BinOp kind, const Tensor& a, const Tensor& b) {
-  Tensor out = binary_raw(name, kind, a, b, 1.0);
-  autograd::record(name, {a, b}, {out},
+Tensor extremum(BinaryOp kind, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(kind, a, b, 1.0);
+  autograd::record(cu::op_name(kind), {a, b}, {out},
                    [a = a.detach(), b = b.detach(), ra = a.requires_grad(), rb = b.requires_grad(),
                     kind](const std::vector<Tensor>& g) {
                      // Share of the gradient that goes to a: 1 where a wins, 0.5 on ties, 0 where b
                      // wins.
-                     Tensor wa = binary_float("extremum_backward", a, b, [kind](auto x, auto y) {
+                     const GradOp code =
+                         kind == BinaryOp::Max ? GradOp::MaxWeight : GradOp::MinWeight;
+                     Tensor wa = binary_float(code, a, b, [kind](auto x, auto y) {
                        using A = decltype(x);
                        if (x == y) return A(0.5);
-                       return (kind == BinOp::Max ? x > y : x < y) ? A(1) : A(0);
+                       return (kind == BinaryOp::Max ? x > y : x < y) ? A(1) : A(0);
                      });
                      Tensor ga, gb;
                      if (ra) ga = grad_for(mul(g[0], wa), a);
@@ -251,13 +290,13 @@ Tensor extremum(const char* name, BinOp kind, const Tensor& a, const Tensor& b) 
 }
 }  // namespace
 
-Tensor maximum(const Tensor& a, const Tensor& b) { return extremum("maximum", BinOp::Max, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return extremum("minimum", BinOp::Min, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Max, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min, a, b); }
 
 // --- unary ----------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
-  Tensor out = is_floating(x.dtype()) ? unary_float("neg", x, [](auto v) { return -v; })
+  Tensor out = is_floating(x.dtype()) ? unary_float(UnaryOp::Neg, x, [](auto v) { return -v; })
                                       : mul(x.detach(), -1.0);
   autograd::record("neg", {x}, {out},
                    [](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(g[0])}; });
@@ -265,7 +304,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
-  Tensor out = unary_float("exp", x, [](auto v) { return std::exp(v); });
+  Tensor out = unary_float(UnaryOp::Exp, x, [](auto v) { return std::exp(v); });
   autograd::record("exp", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{mul(g[0], o)};
   });
@@ -273,7 +312,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
-  Tensor out = unary_float("log", x, [](auto v) { return std::log(v); });
+  Tensor out = unary_float(UnaryOp::Log, x, [](auto v) { return std::log(v); });
   autograd::record("log", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{div(g[0], x)};
   });
@@ -281,7 +320,7 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
-  Tensor out = unary_float("sqrt", x, [](auto v) { return std::sqrt(v); });
+  Tensor out = unary_float(UnaryOp::Sqrt, x, [](auto v) { return std::sqrt(v); });
   autograd::record("sqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{div(mul(g[0], 0.5), o)};
   });
@@ -289,7 +328,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor rsqrt(const Tensor& x) {
-  Tensor out = unary_float("rsqrt", x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  Tensor out = unary_float(UnaryOp::Rsqrt, x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
   autograd::record("rsqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{mul(g[0], mul(pow(o, 3.0), -0.5))};
   });
@@ -297,9 +336,9 @@ Tensor rsqrt(const Tensor& x) {
 }
 
 Tensor abs(const Tensor& x) {
-  Tensor out = unary_float("abs", x, [](auto v) { return std::abs(v); });
+  Tensor out = unary_float(UnaryOp::Abs, x, [](auto v) { return std::abs(v); });
   autograd::record("abs", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("abs_backward", g[0], x, [](auto gv, auto v) {
+    return std::vector<Tensor>{binary_float(GradOp::Abs, g[0], x, [](auto gv, auto v) {
       using A = decltype(v);
       return v > A(0) ? gv : (v < A(0) ? -gv : A(0));
     })};
@@ -310,8 +349,8 @@ Tensor abs(const Tensor& x) {
 Tensor square(const Tensor& x) { return mul(x, x); }
 
 Tensor pow(const Tensor& x, double e) {
-  Tensor out =
-      unary_float("pow", x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); });
+  Tensor out = unary_float(
+      UnaryOp::Pow, x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); }, e);
   autograd::record("pow", {x}, {out}, [x = x.detach(), e](const std::vector<Tensor>& g) {
     if (e == 0.0) return std::vector<Tensor>{zeros_like(x)};
     return std::vector<Tensor>{mul(g[0], mul(pow(x, e - 1.0), e))};
@@ -320,8 +359,9 @@ Tensor pow(const Tensor& x, double e) {
 }
 
 Tensor pow(const Tensor& x, const Tensor& y) {
-  detail::require_cpu("pow", {&x, &y});
-  Tensor out = binary_float("pow", x, y, [](auto a, auto b) { return std::pow(a, b); });
+  detail::check_defined("pow", x, "self");
+  detail::check_defined("pow", y, "exponent");
+  Tensor out = binary_float(BinaryOp::Pow, x, y, [](auto a, auto b) { return std::pow(a, b); });
   autograd::record("pow", {x, y}, {out},
                    [x = x.detach(), y = y.detach(), o = out.detach(), rx = x.requires_grad(),
                     ry = y.requires_grad()](const std::vector<Tensor>& g) {
@@ -335,9 +375,9 @@ Tensor pow(const Tensor& x, const Tensor& y) {
 
 Tensor relu(const Tensor& x) {
   Tensor out =
-      unary_float("relu", x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
+      unary_float(UnaryOp::Relu, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
   autograd::record("relu", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("relu_backward", g[0], o, [](auto gv, auto v) {
+    return std::vector<Tensor>{binary_float(GradOp::Relu, g[0], o, [](auto gv, auto v) {
       return v > decltype(v)(0) ? gv : decltype(v)(0);
     })};
   });
@@ -345,28 +385,32 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
-  Tensor out = unary_float("leaky_relu", x, [slope](auto v) {
-    return v > decltype(v)(0) ? v : v * static_cast<decltype(v)>(slope);
-  });
+  Tensor out = unary_float(
+      UnaryOp::LeakyRelu, x,
+      [slope](auto v) { return v > decltype(v)(0) ? v : v * static_cast<decltype(v)>(slope); },
+      slope);
   autograd::record("leaky_relu", {x}, {out}, [x = x.detach(), slope](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{
-        binary_float("leaky_relu_backward", g[0], x, [slope](auto gv, auto v) {
+    return std::vector<Tensor>{binary_float(
+        GradOp::LeakyRelu, g[0], x,
+        [slope](auto gv, auto v) {
           return v > decltype(v)(0) ? gv : gv * static_cast<decltype(v)>(slope);
-        })};
+        },
+        slope)};
   });
   return out;
 }
 
 Tensor gelu(const Tensor& x, bool approximate) {
-  Tensor out = unary_float("gelu", x, [approximate](auto v) {
-    using A = decltype(v);
-    if (approximate)
-      return A(0.5) * v * (A(1) + std::tanh(A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
-    return A(0.5) * v * (A(1) + std::erf(v * A(kSqrt1_2)));
-  });
+  Tensor out =
+      unary_float(approximate ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x, [approximate](auto v) {
+        using A = decltype(v);
+        if (approximate)
+          return A(0.5) * v * (A(1) + std::tanh(A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
+        return A(0.5) * v * (A(1) + std::erf(v * A(kSqrt1_2)));
+      });
   autograd::record("gelu", {x}, {out}, [x = x.detach(), approximate](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{
-        binary_float("gelu_backward", g[0], x, [approximate](auto gv, auto v) {
+    return std::vector<Tensor>{binary_float(
+        approximate ? GradOp::GeluTanh : GradOp::GeluErf, g[0], x, [approximate](auto gv, auto v) {
           using A = decltype(v);
           if (approximate) {
             const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
@@ -383,23 +427,22 @@ Tensor gelu(const Tensor& x, bool approximate) {
 }
 
 Tensor sigmoid(const Tensor& x) {
-  Tensor out = unary_float("sigmoid", x, [](auto v) {
+  Tensor out = unary_float(UnaryOp::Sigmoid, x, [](auto v) {
     using A = decltype(v);
     return v >= A(0) ? A(1) / (A(1) + std::exp(-v)) : std::exp(v) / (A(1) + std::exp(v));
   });
   autograd::record("sigmoid", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("sigmoid_backward", g[0], o, [](auto gv, auto s) {
-      return gv * s * (decltype(s)(1) - s);
-    })};
+    return std::vector<Tensor>{binary_float(
+        GradOp::Sigmoid, g[0], o, [](auto gv, auto s) { return gv * s * (decltype(s)(1) - s); })};
   });
   return out;
 }
 
 Tensor tanh(const Tensor& x) {
-  Tensor out = unary_float("tanh", x, [](auto v) { return std::tanh(v); });
+  Tensor out = unary_float(UnaryOp::Tanh, x, [](auto v) { return std::tanh(v); });
   autograd::record("tanh", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{binary_float(
-        "tanh_backward", g[0], o, [](auto gv, auto t) { return gv * (decltype(t)(1) - t * t); })};
+        GradOp::Tanh, g[0], o, [](auto gv, auto t) { return gv * (decltype(t)(1) - t * t); })};
   });
   return out;
 }
@@ -407,15 +450,21 @@ Tensor tanh(const Tensor& x) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   DLTRAIN_CHECK(!(lo && hi && *lo > *hi), "clamp: min (", *lo, ") is greater than max (", *hi, ")");
   const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
-  Tensor out = unary_float("clamp", x, [l, h](auto v) {
-    using A = decltype(v);
-    return v < A(l) ? A(l) : (v > A(h) ? A(h) : v);
-  });
+  Tensor out = unary_float(
+      UnaryOp::Clamp, x,
+      [l, h](auto v) {
+        using A = decltype(v);
+        return v < A(l) ? A(l) : (v > A(h) ? A(h) : v);
+      },
+      l, h);
   autograd::record("clamp", {x}, {out}, [x = x.detach(), l, h](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float("clamp_backward", g[0], x, [l, h](auto gv, auto v) {
-      using A = decltype(v);
-      return (v >= A(l) && v <= A(h)) ? gv : A(0);
-    })};
+    return std::vector<Tensor>{binary_float(
+        GradOp::Clamp, g[0], x,
+        [l, h](auto gv, auto v) {
+          using A = decltype(v);
+          return (v >= A(l) && v <= A(h)) ? gv : A(0);
+        },
+        l, h)};
   });
   return out;
 }
@@ -423,7 +472,10 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 // --- selection --------------------------------------------------------------------
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  detail::require_cpu("where", {&cond, &a, &b});
+  detail::check_defined("where", cond, "condition");
+  detail::check_defined("where", a, "self");
+  detail::check_defined("where", b, "other");
+  detail::check_same_device("where", {&cond, &a, &b});
   DLTRAIN_CHECK(cond.dtype() == DType::b8 || cond.dtype() == DType::u8,
                 "where: condition must be a bool tensor but has dtype ", cond.dtype(),
                 "; build it with a comparison such as gt(x, 0)");
@@ -434,9 +486,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor bc = b.dtype() == dt ? b.detach() : b.detach().to(dt);
   Tensor c = cond.dtype() == DType::b8 ? cond : ne(cond, 0.0);
   Tensor out = out_like(shape, dt, a);
-  dispatch_all(dt, [&]<class T>() {
-    ternary_map<T, bool, T, T>(out, c, ac, bc, [](bool k, T x, T y) { return k ? x : y; });
-  });
+  if (out.device().is_cuda()) {
+    cu::where(out, c, ac, bc);
+  } else {
+    dispatch_all(dt, [&]<class T>() {
+      ternary_map<T, bool, T, T>(out, c, ac, bc, [](bool k, T x, T y) { return k ? x : y; });
+    });
+  }
   autograd::record(
       "where", {a, b}, {out}, [c, a = meta(a), b = meta(b)](const std::vector<Tensor>& g) {
         Tensor z = zeros({}, g[0].options());
@@ -453,12 +509,12 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return where(mask, scalar_tensor(value, TensorOptions(x.dtype()).with_device(x.device())), x);
 }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", a, b, 0); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", a, b, 1); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", a, b, 2); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare("le", a, b, 3); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", a, b, 4); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", a, b, 5); }
+Tensor eq(const Tensor& a, const Tensor& b) { return compare("eq", a, b, CompareOp::Eq); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare("ne", a, b, CompareOp::Ne); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare("lt", a, b, CompareOp::Lt); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare("le", a, b, CompareOp::Le); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare("gt", a, b, CompareOp::Gt); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare("ge", a, b, CompareOp::Ge); }
 Tensor eq(const Tensor& a, double b) { return eq(a, wrap_scalar(a, b)); }
 Tensor ne(const Tensor& a, double b) { return ne(a, wrap_scalar(a, b)); }
 Tensor lt(const Tensor& a, double b) { return lt(a, wrap_scalar(a, b)); }
@@ -497,12 +553,15 @@ Tensor operator/(double a, const Tensor& b) { return div(wrap_scalar(b, a), b); 
 // --- in place --------------------------------------------------------------------
 
 namespace {
-template <class F>
-Tensor& inplace(const char* name, Tensor& self, const std::vector<Tensor>& others, F f) {
+// Checks an in-place update of self by `others` (broadcast to self, converted to self's dtype),
+// then runs cpu.template operator()<T>(converted) or cuda(converted) by self's device.
+template <class Cpu, class Cuda>
+Tensor& inplace(const char* name, Tensor& self, const std::vector<Tensor>& others, Cpu cpu,
+                Cuda cuda) {
   check_inplace(name, self);
-  detail::require_cpu(name, {&self});
   for (const Tensor& o : others) {
-    detail::require_cpu(name, {&self, &o});
+    detail::check_defined(name, o, "other");
+    detail::check_same_device(name, {&self, &o});
     DLTRAIN_CHECK(broadcast_shapes(self.shape(), o.shape(), name) == self.shape(), name,
                   ": operand of shape ", shape_str(o.shape()),
                   " does not broadcast to self's shape ", shape_str(self.shape()));
@@ -511,27 +570,36 @@ Tensor& inplace(const char* name, Tensor& self, const std::vector<Tensor>& other
     std::vector<Tensor> conv;
     for (const Tensor& o : others)
       conv.push_back(o.dtype() == self.dtype() ? o.detach() : o.detach().to(self.dtype()));
-    f.template operator()<T>(conv);
+    if (self.device().is_cuda())
+      cuda(conv);
+    else
+      cpu.template operator()<T>(conv);
   });
   return self;
 }
 }  // namespace
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
-  return inplace("add_", self, {other}, [&]<class T>(const std::vector<Tensor>& o) {
-    using A = acc_t<T>;
-    const A al = static_cast<A>(alpha);
-    binary_map<T, T, T>(self, self, o[0],
-                        [al](T x, T y) { return cast<T>(cast<A>(x) + al * cast<A>(y)); });
-  });
+  return inplace(
+      "add_", self, {other},
+      [&]<class T>(const std::vector<Tensor>& o) {
+        using A = acc_t<T>;
+        const A al = static_cast<A>(alpha);
+        binary_map<T, T, T>(self, self, o[0],
+                            [al](T x, T y) { return cast<T>(cast<A>(x) + al * cast<A>(y)); });
+      },
+      [&](const std::vector<Tensor>& o) { cu::binary(BinaryOp::Add, self, self, o[0], alpha); });
 }
 
 Tensor& mul_(Tensor& self, const Tensor& other) {
-  return inplace("mul_", self, {other}, [&]<class T>(const std::vector<Tensor>& o) {
-    using A = acc_t<T>;
-    binary_map<T, T, T>(self, self, o[0],
-                        [](T x, T y) { return cast<T>(cast<A>(x) * cast<A>(y)); });
-  });
+  return inplace(
+      "mul_", self, {other},
+      [&]<class T>(const std::vector<Tensor>& o) {
+        using A = acc_t<T>;
+        binary_map<T, T, T>(self, self, o[0],
+                            [](T x, T y) { return cast<T>(cast<A>(x) * cast<A>(y)); });
+      },
+      [&](const std::vector<Tensor>& o) { cu::binary(BinaryOp::Mul, self, self, o[0]); });
 }
 
 Tensor& mul_(Tensor& self, double v) { return mul_(self, wrap_scalar(self, v).to(self.dtype())); }
@@ -540,23 +608,33 @@ Tensor& add_(Tensor& self, double v) {
 }
 
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
-  return inplace("addcmul_", self, {t1, t2}, [&]<class T>(const std::vector<Tensor>& o) {
-    using A = acc_t<T>;
-    const A v = static_cast<A>(value);
-    ternary_map<T, T, T, T>(self, self, o[0], o[1], [v](T s, T x, T y) {
-      return cast<T>(cast<A>(s) + v * cast<A>(x) * cast<A>(y));
-    });
-  });
+  return inplace(
+      "addcmul_", self, {t1, t2},
+      [&]<class T>(const std::vector<Tensor>& o) {
+        using A = acc_t<T>;
+        const A v = static_cast<A>(value);
+        ternary_map<T, T, T, T>(self, self, o[0], o[1], [v](T s, T x, T y) {
+          return cast<T>(cast<A>(s) + v * cast<A>(x) * cast<A>(y));
+        });
+      },
+      [&](const std::vector<Tensor>& o) {
+        cu::ternary(cu::TernaryOp::Addcmul, self, self, o[0], o[1], value);
+      });
 }
 
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
-  return inplace("addcdiv_", self, {t1, t2}, [&]<class T>(const std::vector<Tensor>& o) {
-    using A = acc_t<T>;
-    const A v = static_cast<A>(value);
-    ternary_map<T, T, T, T>(self, self, o[0], o[1], [v](T s, T x, T y) {
-      return cast<T>(cast<A>(s) + v * cast<A>(x) / cast<A>(y));
-    });
-  });
+  return inplace(
+      "addcdiv_", self, {t1, t2},
+      [&]<class T>(const std::vector<Tensor>& o) {
+        using A = acc_t<T>;
+        const A v = static_cast<A>(value);
+        ternary_map<T, T, T, T>(self, self, o[0], o[1], [v](T s, T x, T y) {
+          return cast<T>(cast<A>(s) + v * cast<A>(x) / cast<A>(y));
+        });
+      },
+      [&](const std::vector<Tensor>& o) {
+        cu::ternary(cu::TernaryOp::Addcdiv, self, self, o[0], o[1], value);
+      });
 }
 
 }  // namespace dltrain

@@ -1,8 +1,10 @@
-// Reductions. Sums accumulate in double (floating) or int64 (integers) so that
-// large f32 reductions stay accurate; max/min return the first extreme's index.
+// Reductions. On the CPU, sums accumulate in double (floating) or int64 (integers) so that
+// large f32 reductions stay accurate; CUDA tensors reduce with backend::cuda
+// (src/backend/cuda/reduce.hpp: float for f16/bf16/f32, double for f64, int64 for
+// integers, a tree order). max/min return the first extreme's index on both.
 // Gradients: sum/mean broadcast the incoming gradient back; max/min over a dim
 // route it to the chosen index; max/min of everything split it between ties;
-// var/std are composed from differentiable ops.
+// var/std are composed from differentiable ops. Outputs are contiguous.
 #include "dltrain/ops/reduction.hpp"
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cpu/cast.hpp"
+#include "src/backend/cuda/reduce.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -130,9 +133,15 @@ DType sum_dtype(DType t) { return is_floating(t) ? t : DType::i64; }
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   detail::check_defined("sum", x, "input");
-  detail::require_cpu("sum", {&x});
   const ReducePlan p = plan(x, dims, keepdim, "sum");
-  Tensor out = sum_kernel(x.dtype() == DType::b8 ? x.to(DType::u8) : x, p, sum_dtype(x.dtype()));
+  const Tensor xin = x.dtype() == DType::b8 ? x.detach().to(DType::u8) : x;
+  Tensor out;
+  if (x.device().is_cuda()) {
+    out = empty(p.out_shape, TensorOptions(sum_dtype(x.dtype())).with_device(x.device()));
+    backend::cuda::sum(out.detach().view(p.out_keep), xin.detach());
+  } else {
+    out = sum_kernel(xin, p, sum_dtype(x.dtype()));
+  }
   autograd::record("sum", {x}, {out},
                    [keep = p.out_keep, in = x.shape()](const std::vector<Tensor>& g) {
                      return std::vector<Tensor>{g[0].reshape(keep).expand(in)};
@@ -165,17 +174,10 @@ Tensor stddev(const Tensor& x, const Shape& dims, int64_t correction, bool keepd
 
 namespace {
 
-std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim,
-                                      bool is_max) {
-  detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x});
-  DLTRAIN_CHECK(x.numel() > 0, op, ": cannot reduce an empty tensor of shape ",
-                shape_str(x.shape()));
-  const int64_t d = wrap_dim(dim, x.dim(), op);
-  const ReducePlan p = plan(x, x.dim() == 0 ? Shape{} : Shape{d}, keepdim, op);
+// Max/min over the reduced dim of p on the CPU: first extreme, NaN wins.
+void extreme_cpu(const Tensor& x, const ReducePlan& p, const Tensor& values, const Tensor& indices,
+                 bool is_max, const char* op) {
   Tensor xc = x.permute(p.order).contiguous();
-  Tensor values = empty(p.out_shape, TensorOptions(x.dtype()));
-  Tensor indices = empty(p.out_shape, TensorOptions(DType::i64));
   dispatch_numeric(x.dtype(), op, [&]<class T>() {
     const T* src = xc.data<T>();
     T* v = values.data<T>();
@@ -199,12 +201,34 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
       }
     });
   });
+}
+
+std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim,
+                                      bool is_max) {
+  detail::check_defined(op, x, "input");
+  DLTRAIN_CHECK(x.numel() > 0, op, ": cannot reduce an empty tensor of shape ",
+                shape_str(x.shape()));
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  const ReducePlan p = plan(x, x.dim() == 0 ? Shape{} : Shape{d}, keepdim, op);
+  Tensor values = empty(p.out_shape, TensorOptions(x.dtype()).with_device(x.device()));
+  Tensor indices = empty(p.out_shape, TensorOptions(DType::i64).with_device(x.device()));
+  if (x.device().is_cuda()) {
+    backend::cuda::extreme(values.view(p.out_keep), indices.view(p.out_keep), x.detach(), d,
+                           is_max);
+  } else {
+    extreme_cpu(x, p, values, indices, is_max, op);
+  }
   if (is_floating(x.dtype())) {
     autograd::record(
         op, {x}, {values},
         [ix = indices, keep = p.out_keep, in = x.shape(), d,
          nd = x.dim()](const std::vector<Tensor>& g) {
           if (nd == 0) return std::vector<Tensor>{g[0].reshape(in)};
+          if (g[0].device().is_cuda()) {
+            Tensor gi = zeros(in, g[0].options());
+            backend::cuda::extreme_backward(gi, g[0].detach().reshape(keep), ix.reshape(keep), d);
+            return std::vector<Tensor>{gi};
+          }
           Shape ar_shape(static_cast<size_t>(nd), 1);
           ar_shape[d] = in[d];
           Tensor pos = arange(static_cast<double>(in[d]), DType::i64).reshape(ar_shape);

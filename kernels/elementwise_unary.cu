@@ -1,0 +1,131 @@
+// Floating unary maps on CUDA (neg, exp, log, sqrt, rsqrt, abs, relu, leaky_relu, gelu,
+// sigmoid, tanh, clamp, pow by a scalar): one launch_map per (op, dtype), the op chosen at
+// compile time. Each formula is the CPU backend's (src/ops/elementwise.cpp), evaluated in
+// acc_t (float for f16/bf16), so results agree with the CPU to a few ulps of the dtype.
+#include <cmath>
+
+#include "kernels/common.cuh"
+#include "src/backend/cuda/elementwise.hpp"
+
+namespace dltrain::backend::cuda {
+
+namespace {
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+// float / double overloads of the math functions used below (A is float or double).
+template <class A>
+__device__ __forceinline__ A d_exp(A x) {
+  if constexpr (std::is_same_v<A, float>)
+    return expf(x);
+  else
+    return ::exp(x);
+}
+template <class A>
+__device__ __forceinline__ A d_log(A x) {
+  if constexpr (std::is_same_v<A, float>)
+    return logf(x);
+  else
+    return ::log(x);
+}
+template <class A>
+__device__ __forceinline__ A d_sqrt(A x) {
+  if constexpr (std::is_same_v<A, float>)
+    return sqrtf(x);
+  else
+    return ::sqrt(x);
+}
+template <class A>
+__device__ __forceinline__ A d_abs(A x) {
+  if constexpr (std::is_same_v<A, float>)
+    return fabsf(x);
+  else
+    return ::fabs(x);
+}
+template <class A>
+__device__ __forceinline__ A d_erf(A x) {
+  if constexpr (std::is_same_v<A, float>)
+    return erff(x);
+  else
+    return ::erf(x);
+}
+template <class A>
+__device__ __forceinline__ A d_tanh(A x) {
+  if constexpr (std::is_same_v<A, float>)
+    return tanhf(x);
+  else
+    return ::tanh(x);
+}
+template <class A>
+__device__ __forceinline__ A d_pow(A x, A y) {
+  if constexpr (std::is_same_v<A, float>)
+    return powf(x, y);
+  else
+    return ::pow(x, y);
+}
+
+template <UnaryOp Op, class T>
+struct UnaryF {
+  using A = acc_t<T>;
+  A a, b;
+  __device__ __forceinline__ T operator()(T in) const {
+    const A v = convert<A>(in);
+    A r;
+    if constexpr (Op == UnaryOp::Neg) {
+      r = -v;
+    } else if constexpr (Op == UnaryOp::Exp) {
+      r = d_exp(v);
+    } else if constexpr (Op == UnaryOp::Log) {
+      r = d_log(v);
+    } else if constexpr (Op == UnaryOp::Sqrt) {
+      r = d_sqrt(v);
+    } else if constexpr (Op == UnaryOp::Rsqrt) {
+      r = A(1) / d_sqrt(v);
+    } else if constexpr (Op == UnaryOp::Abs) {
+      r = d_abs(v);
+    } else if constexpr (Op == UnaryOp::Relu) {
+      r = v > A(0) ? v : A(0);
+    } else if constexpr (Op == UnaryOp::LeakyRelu) {
+      r = v > A(0) ? v : v * a;
+    } else if constexpr (Op == UnaryOp::GeluErf) {
+      r = A(0.5) * v * (A(1) + d_erf(v * A(kSqrt1_2)));
+    } else if constexpr (Op == UnaryOp::GeluTanh) {
+      r = A(0.5) * v * (A(1) + d_tanh(A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
+    } else if constexpr (Op == UnaryOp::Sigmoid) {
+      r = v >= A(0) ? A(1) / (A(1) + d_exp(-v)) : d_exp(v) / (A(1) + d_exp(v));
+    } else if constexpr (Op == UnaryOp::Tanh) {
+      r = d_tanh(v);
+    } else if constexpr (Op == UnaryOp::Clamp) {
+      r = v < a ? a : (v > b ? b : v);
+    } else {
+      static_assert(Op == UnaryOp::Pow);
+      r = d_pow(v, a);
+    }
+    return convert<T>(r);
+  }
+};
+
+// Calls f.template operator()<O>() for the O among Ops equal to op.
+template <UnaryOp... Ops, class F>
+void with_op(UnaryOp op, F&& f) {
+  const bool hit = ((op == Ops ? (f.template operator()<Ops>(), true) : false) || ...);
+  DLTRAIN_CHECK(hit, "cuda unary: unknown op code ", static_cast<int>(op));
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b) {
+  DLTRAIN_CHECK(x.dtype() == out.dtype(), op_name(op), " (cuda): input dtype ", x.dtype(),
+                " differs from the output's ", out.dtype());
+  cu_dispatch_floating(out.dtype(), op_name(op), [&]<class T>() {
+    using A = acc_t<T>;
+    with_op<UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Abs,
+            UnaryOp::Relu, UnaryOp::LeakyRelu, UnaryOp::GeluErf, UnaryOp::GeluTanh,
+            UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Clamp, UnaryOp::Pow>(op, [&]<UnaryOp O>() {
+      launch_map<T, T>(out, UnaryF<O, T>{static_cast<A>(a), static_cast<A>(b)}, x);
+    });
+  });
+}
+
+}  // namespace dltrain::backend::cuda
