@@ -8,6 +8,12 @@
 // (torch.scatter_add) case. Accumulating kernels are parallel only over
 // disjoint output regions and loop over repeated indices in order, so the
 // results are deterministic and race-free. Outputs are contiguous.
+//
+// CUDA tensors run the same structure on the device (src/backend/cuda/indexing.hpp) with
+// index tensors kept there as contiguous int64: reading them back to check ranges would
+// sync the host, so out-of-range indices are not raised on CUDA (a gather reads NaN or 0, a
+// scatter drops the element), and accumulations use atomics (repeated indices add in an
+// unspecified order). one_hot without num_classes needs the maximum on the host and syncs.
 #include "dltrain/ops/indexing.hpp"
 
 #include <algorithm>
@@ -18,6 +24,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cpu/cast.hpp"
+#include "src/backend/cuda/indexing.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -26,14 +33,28 @@ using backend::cpu::cast;
 
 namespace {
 
-// Reads an int64/int32 index tensor as int64 values in row-major order.
-std::vector<int64_t> read_index(const char* op, const Tensor& idx, const char* name) {
+// Throws unless idx is a defined int64/int32 index tensor.
+void check_index(const char* op, const Tensor& idx, const char* name) {
   detail::check_defined(op, idx, name);
   DLTRAIN_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, op, ": '", name,
                 "' must be an index tensor of dtype int64 (or int32) but has dtype ", idx.dtype(),
                 "; convert it with .to(DType::i64)");
+}
+
+// Reads an int64/int32 index tensor as int64 values in row-major order.
+std::vector<int64_t> read_index(const char* op, const Tensor& idx, const char* name) {
+  check_index(op, idx, name);
   return idx.detach().to_vector<int64_t>();
 }
+
+// An index tensor as the CUDA kernels read it: int64, contiguous (row-major), on its device.
+Tensor device_index(const char* op, const Tensor& idx, const char* name) {
+  check_index(op, idx, name);
+  return idx.detach().to(DType::i64).contiguous();
+}
+
+// The upstream gradient in the input's dtype.
+Tensor grad_as(const Tensor& g, DType dt) { return g.dtype() == dt ? g : g.to(dt); }
 
 void check_range(const char* op, const std::vector<int64_t>& v, int64_t n, const char* what) {
   for (size_t i = 0; i < v.size(); ++i)
@@ -186,13 +207,12 @@ void check_index_shape(const char* op, const Tensor& x, int64_t dim, const Tenso
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   const char* op = "embedding";
   detail::check_defined(op, weight, "weight");
-  detail::require_cpu(op, {&weight, &indices});
+  detail::check_same_device(op, {&weight, &indices});
   DLTRAIN_CHECK(weight.dim() == 2, op,
                 ": weight must be [num_embeddings, embedding_dim] but has shape ",
                 shape_str(weight.shape()));
   const int64_t num = weight.size(0), D = weight.size(1);
-  const std::vector<int64_t> idx = read_index(op, indices, "indices");
-  check_range(op, idx, num, "weight rows");
+  check_index(op, indices, "indices");
   int64_t pad = -1;
   if (padding_idx) {
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
@@ -204,6 +224,20 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Shape out_shape = indices.shape();
   out_shape.push_back(D);
   Tensor out = empty(out_shape, weight.options());
+  if (weight.device().is_cuda()) {
+    Tensor idx = device_index(op, indices, "indices");
+    backend::cuda::take_rows(out, weight.detach().contiguous(), idx, s.outer, s.L, s.inner);
+    autograd::record(op, {weight}, {out},
+                     [idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
+                       Tensor dw = zeros({s.L, s.inner}, opt);
+                       backend::cuda::index_add_rows(dw, grad_as(g[0], opt.dtype).contiguous(), idx,
+                                                     s.outer, s.L, s.inner, pad);
+                       return std::vector<Tensor>{dw};
+                     });
+    return out;
+  }
+  const std::vector<int64_t> idx = read_index(op, indices, "indices");
+  check_range(op, idx, num, "weight rows");
   take_rows(weight.detach().contiguous(), s, idx, out);
   autograd::record(
       op, {weight}, {out}, [idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
@@ -218,12 +252,29 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const char* op = "index_select";
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x, &index});
+  detail::check_same_device(op, {&x, &index});
   DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  const std::vector<int64_t> idx = read_index(op, index, "index");
+  check_index(op, index, "index");
   DLTRAIN_CHECK(index.dim() <= 1, op, ": index must be 1-d but has shape ",
                 shape_str(index.shape()), "; flatten it with .reshape({-1})");
+  if (x.device().is_cuda()) {
+    const Split3 s = split3(x.shape(), d);
+    Tensor idx = device_index(op, index, "index");
+    Shape out_shape = x.shape();
+    out_shape[d] = index.numel();
+    Tensor out = empty(out_shape, x.options());
+    backend::cuda::take_rows(out, x.detach().contiguous(), idx, s.outer, s.L, s.inner);
+    autograd::record(op, {x}, {out},
+                     [idx, s, shape = x.shape(), opt = x.options()](const std::vector<Tensor>& g) {
+                       Tensor dx = zeros(shape, opt);
+                       backend::cuda::index_add_rows(dx, grad_as(g[0], opt.dtype).contiguous(), idx,
+                                                     s.outer, s.L, s.inner, -1);
+                       return std::vector<Tensor>{dx};
+                     });
+    return out;
+  }
+  const std::vector<int64_t> idx = read_index(op, index, "index");
   check_range(op, idx, x.size(d), "the selected dimension");
   const Split3 s = split3(x.shape(), d);
   Shape out_shape = x.shape();
@@ -243,11 +294,24 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const char* op = "gather";
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x, &index});
+  detail::check_same_device(op, {&x, &index});
   DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  const std::vector<int64_t> idx = read_index(op, index, "index");
+  check_index(op, index, "index");
   check_index_shape(op, x, d, index);
+  if (x.device().is_cuda()) {
+    Tensor idx = device_index(op, index, "index");
+    Tensor out = empty(index.shape(), x.options());
+    backend::cuda::gather_dim(out, x.detach(), d, idx);
+    autograd::record(op, {x}, {out},
+                     [idx, d, shape = x.shape(), opt = x.options()](const std::vector<Tensor>& g) {
+                       Tensor dx = zeros(shape, opt);
+                       backend::cuda::scatter_add_dim(dx, d, idx, grad_as(g[0], opt.dtype));
+                       return std::vector<Tensor>{dx};
+                     });
+    return out;
+  }
+  const std::vector<int64_t> idx = read_index(op, index, "index");
   check_range(op, idx, x.size(d), "the gathered dimension");
   Tensor out = gather_raw(x.detach(), d, idx, index.shape());
   autograd::record(op, {x}, {out},
@@ -265,10 +329,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   const char* op = "scatter_add";
   detail::check_defined(op, x, "input");
   detail::check_defined(op, src, "src");
-  detail::require_cpu(op, {&x, &index, &src});
+  detail::check_same_device(op, {&x, &index, &src});
   DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  const std::vector<int64_t> idx = read_index(op, index, "index");
+  check_index(op, index, "index");
   DLTRAIN_CHECK(src.dtype() == x.dtype(), op, ": src has dtype ", src.dtype(),
                 " but the input has ", x.dtype(), "; convert src with .to(", x.dtype(), ")");
   check_index_shape(op, x, d, index);
@@ -277,6 +341,37 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   for (int64_t k = 0; k < index.dim(); ++k)
     DLTRAIN_CHECK(index.size(k) <= src.size(k), op, ": index of shape ", shape_str(index.shape()),
                   " is larger than src of shape ", shape_str(src.shape()), " in dimension ", k);
+  if (x.device().is_cuda()) {
+    Tensor idx = device_index(op, index, "index");
+    Tensor out = empty(x.shape(), x.options());
+    {
+      NoGradGuard ng;
+      out.copy_(x.detach());
+    }
+    backend::cuda::scatter_add_dim(out, d, idx, src.detach());
+    autograd::record(
+        op, {x, src}, {out},
+        [idx, d, ishape = index.shape(), sshape = src.shape(), sopt = src.options(),
+         rx = x.requires_grad(), rs = src.requires_grad()](const std::vector<Tensor>& g) {
+          Tensor gx, gs;
+          if (rx) gx = g[0];
+          if (rs) {
+            gs = empty(ishape, sopt);
+            backend::cuda::gather_dim(gs, grad_as(g[0], sopt.dtype), d, idx);
+            if (ishape != sshape) {
+              Tensor full_grad = zeros(sshape, sopt);
+              Tensor view = full_grad;
+              for (int64_t k = 0; k < static_cast<int64_t>(ishape.size()); ++k)
+                view = view.narrow(k, 0, ishape[k]);
+              view.copy_(gs);
+              gs = full_grad;
+            }
+          }
+          return std::vector<Tensor>{gx, gs};
+        });
+    return out;
+  }
+  const std::vector<int64_t> idx = read_index(op, index, "index");
   check_range(op, idx, x.size(d), "the scattered dimension");
   Tensor out = empty(x.shape(), x.options());
   {
@@ -309,17 +404,32 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
   const char* op = "segment_sum";
   detail::check_defined(op, src, "src");
-  detail::require_cpu(op, {&src, &segment_ids});
+  detail::check_same_device(op, {&src, &segment_ids});
   DLTRAIN_CHECK(src.dim() >= 1, op, ": src must be [E, ...] but is 0-d");
-  const std::vector<int64_t> ids = read_index(op, segment_ids, "segment_ids");
+  check_index(op, segment_ids, "segment_ids");
   DLTRAIN_CHECK(segment_ids.dim() == 1 && segment_ids.size(0) == src.size(0), op,
                 ": segment_ids must be [", src.size(0), "] (one id per row of src of shape ",
                 shape_str(src.shape()), ") but has shape ", shape_str(segment_ids.shape()));
   DLTRAIN_CHECK(num_segments >= 0, op, ": num_segments must be >= 0 but is ", num_segments);
-  check_range(op, ids, num_segments, "num_segments");
   Shape out_shape = src.shape();
   out_shape[0] = num_segments;
   const Split3 s{1, num_segments, shape_numel(Shape(src.shape().begin() + 1, src.shape().end()))};
+  if (src.device().is_cuda()) {
+    Tensor ids = device_index(op, segment_ids, "segment_ids");
+    Tensor out = zeros(out_shape, src.options());
+    backend::cuda::index_add_rows(out, src.detach().contiguous(), ids, s.outer, s.L, s.inner, -1);
+    autograd::record(
+        op, {src}, {out},
+        [ids, s, shape = src.shape(), opt = src.options()](const std::vector<Tensor>& g) {
+          Tensor ds = empty(shape, opt);
+          backend::cuda::take_rows(ds, grad_as(g[0], opt.dtype).contiguous(), ids, s.outer, s.L,
+                                   s.inner);
+          return std::vector<Tensor>{ds};
+        });
+    return out;
+  }
+  const std::vector<int64_t> ids = read_index(op, segment_ids, "segment_ids");
+  check_range(op, ids, num_segments, "num_segments");
   Tensor out = zeros(out_shape, src.options());
   index_add_rows(out, s, ids, src.detach().contiguous(), -1, op);
   autograd::record(
@@ -339,18 +449,32 @@ Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_se
   DLTRAIN_CHECK(is_floating(src.dtype()), op, ": src must be floating-point but has dtype ",
                 src.dtype(), "; convert it with .to(DType::f32)");
   Tensor total = segment_sum(src, segment_ids, num_segments);
+  Shape cshape(static_cast<size_t>(src.dim()), 1);
+  cshape[0] = num_segments;
+  if (src.device().is_cuda()) {
+    Tensor count = empty(cshape, src.options());
+    backend::cuda::segment_counts(count, device_index(op, segment_ids, "segment_ids"),
+                                  num_segments);
+    return div(total, count);
+  }
   const std::vector<int64_t> ids = segment_ids.detach().to_vector<int64_t>();
   std::vector<double> count(static_cast<size_t>(num_segments), 0.0);
   for (int64_t i : ids) count[i] += 1.0;
   for (double& c : count) c = std::max(c, 1.0);
-  Shape cshape(static_cast<size_t>(src.dim()), 1);
-  cshape[0] = num_segments;
   return div(total, from_vector<double>(count, cshape).to(src.dtype()));
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   const char* op = "one_hot";
-  detail::require_cpu(op, {&indices});
+  if (indices.defined() && indices.device().is_cuda() && num_classes >= 0) {
+    check_index(op, indices, "indices");
+    Shape out_shape = indices.shape();
+    out_shape.push_back(num_classes);
+    Tensor out = empty(out_shape, TensorOptions(DType::i64).with_device(indices.device()));
+    backend::cuda::one_hot(out, device_index(op, indices, "indices"), num_classes);
+    return out;
+  }
+  // Without num_classes the maximum decides the shape: CUDA indices are read back (a sync).
   const std::vector<int64_t> idx = read_index(op, indices, "indices");
   int64_t C = num_classes;
   if (C < 0) {
@@ -361,6 +485,11 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   check_range(op, idx, C, "num_classes");
   Shape out_shape = indices.shape();
   out_shape.push_back(C);
+  if (indices.device().is_cuda()) {
+    Tensor out = empty(out_shape, TensorOptions(DType::i64).with_device(indices.device()));
+    backend::cuda::one_hot(out, device_index(op, indices, "indices"), C);
+    return out;
+  }
   Tensor out = zeros(out_shape, TensorOptions(DType::i64));
   int64_t* p = out.data<int64_t>();
   for (size_t i = 0; i < idx.size(); ++i) p[static_cast<int64_t>(i) * C + idx[i]] = 1;

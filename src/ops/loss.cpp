@@ -25,6 +25,7 @@
 #include "dltrain/ops/reduction.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
+#include "src/backend/cuda/loss.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -117,6 +118,10 @@ void for_rows(int64_t rows, int64_t L, F f) {
 
 Tensor softmax_forward(const Tensor& xc, const Lines& s, bool log, const char* op) {
   Tensor y = empty(xc.shape(), xc.options());
+  if (xc.device().is_cuda()) {
+    backend::cuda::softmax_forward(y, xc, s.outer, s.L, s.inner, log);
+    return y;
+  }
   dispatch_floating(xc.dtype(), op, [&]<class T>() {
     using A = acc_t<T>;
     const T* xp = xc.data<T>();
@@ -182,6 +187,10 @@ Tensor softmax_forward(const Tensor& xc, const Lines& s, bool log, const char* o
 // softmax: dx = y * (g - sum(g * y)); log_softmax: dx = g - exp(y) * sum(g).
 Tensor softmax_backward(const Tensor& gc, const Tensor& y, const Lines& s, bool log) {
   Tensor dx = empty(y.shape(), y.options());
+  if (y.device().is_cuda()) {
+    backend::cuda::softmax_backward(dx, gc, y, s.outer, s.L, s.inner, log);
+    return dx;
+  }
   dispatch_floating(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&]<class T>() {
     using A = acc_t<T>;
     const T* gp = gc.data<T>();
@@ -231,7 +240,6 @@ Tensor softmax_backward(const Tensor& gc, const Tensor& y, const Lines& s, bool 
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x});
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
                 "; convert it with .to(DType::f32)");
   const Lines s = lines_of(x.shape(), wrap_dim(dim, x.dim(), op));
@@ -247,16 +255,17 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 // --- class-index targets ------------------------------------------------------------
 
 struct ClassTargets {
-  std::vector<int64_t> t;  // [N * S], sample i = n * S + s
+  std::vector<int64_t> t;  // [N * S], sample i = n * S + s (CPU only)
   int64_t N = 0, C = 0, S = 1;
 };
 
-// Checks input [N, C, d...] against target [N, d...] (int64/int32) and reads the targets.
-ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& target,
-                           int64_t ignore_index, const Tensor& weight) {
+// Checks input [N, C, d...] against target [N, d...] (int64/int32), the optional class weight
+// and the devices; returns the geometry without reading the targets.
+ClassTargets check_class_args(const char* op, const Tensor& input, const Tensor& target,
+                              const Tensor& weight) {
   detail::check_defined(op, input, "input");
   detail::check_defined(op, target, "target");
-  detail::require_cpu(op, {&input, &target, &weight});
+  detail::check_same_device(op, {&input, &target, &weight});
   DLTRAIN_CHECK(is_floating(input.dtype()), op, ": expected floating-point scores but got dtype ",
                 input.dtype(), "; convert them with .to(DType::f32)");
   DLTRAIN_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
@@ -281,6 +290,13 @@ ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& ta
                   shape_str(weight.shape()), " but the input has ", ct.C,
                   " classes; pass a weight of shape [", ct.C, "]");
   }
+  return ct;
+}
+
+// check_class_args, then reads the (CPU) targets and range-checks them.
+ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& target,
+                           int64_t ignore_index, const Tensor& weight) {
+  ClassTargets ct = check_class_args(op, input, target, weight);
   ct.t = target.detach().to_vector<int64_t>();
   for (size_t i = 0; i < ct.t.size(); ++i) {
     const int64_t v = ct.t[i];
@@ -289,6 +305,87 @@ ClassTargets class_targets(const char* op, const Tensor& input, const Tensor& ta
                   " classes; valid range is [0, ", ct.C, ") or ignore_index (", ignore_index, ")");
   }
   return ct;
+}
+
+// --- class-index losses on CUDA ---------------------------------------------------------
+
+backend::cuda::ClassLoss cuda_class_loss(const ClassTargets& ct, int64_t ignore, Reduction r) {
+  backend::cuda::ClassLoss a;
+  a.N = ct.N;
+  a.C = ct.C;
+  a.S = ct.S;
+  a.ignore_index = ignore;
+  a.reduction = r == Reduction::None   ? backend::cuda::LossReduction::None
+                : r == Reduction::Mean ? backend::cuda::LossReduction::Mean
+                                       : backend::cuda::LossReduction::Sum;
+  return a;
+}
+
+// What the CUDA class-loss kernels read: int64 targets and f64 weights, contiguous.
+Tensor cuda_targets(const Tensor& target) { return target.detach().to(DType::i64).contiguous(); }
+Tensor cuda_weights(const Tensor& weight) {
+  return weight.defined() ? weight.detach().to(DType::f64).contiguous() : Tensor();
+}
+
+// The upstream gradient of a class loss as the kernels read it: the input dtype, contiguous.
+Tensor cuda_loss_grad(const Tensor& g, DType dt) {
+  return (g.dtype() == dt ? g : g.to(dt)).contiguous();
+}
+
+Tensor cross_entropy_cuda(const Tensor& logits_in, const Tensor& logits, const Tensor& target,
+                          const CrossEntropyOptions& opts, bool unbatched) {
+  const char* op = "cross_entropy";
+  const ClassTargets ct = check_class_args(op, logits, target, opts.weight);
+  const backend::cuda::ClassLoss a = cuda_class_loss(ct, opts.ignore_index, opts.reduction);
+  const double eps = opts.label_smoothing;
+  const Device dev = logits.device();
+  Tensor xc = logits.detach().contiguous();
+  Tensor tc = cuda_targets(target);
+  Tensor wc = cuda_weights(opts.weight);
+  Tensor lse =
+      empty({ct.N * ct.S},
+            TensorOptions(xc.dtype() == DType::f64 ? DType::f64 : DType::f32).with_device(dev));
+  Tensor total_w = opts.reduction == Reduction::Mean
+                       ? empty({}, TensorOptions(DType::f64).with_device(dev))
+                       : Tensor();
+  const Shape out_shape =
+      opts.reduction == Reduction::None ? (unbatched ? Shape{} : target.shape()) : Shape{};
+  Tensor out = empty(out_shape, logits.options());
+  backend::cuda::cross_entropy_forward(out, lse, total_w, xc, tc, wc, a, eps);
+  autograd::record(op, {logits_in}, {out},
+                   [xc, lse, tc, wc, total_w, a, eps,
+                    in_shape = logits_in.shape()](const std::vector<Tensor>& g) {
+                     Tensor dx = empty(xc.shape(), xc.options());
+                     backend::cuda::cross_entropy_backward(dx, cuda_loss_grad(g[0], xc.dtype()), xc,
+                                                           lse, total_w, tc, wc, a, eps);
+                     return std::vector<Tensor>{dx.reshape(in_shape)};
+                   });
+  return out;
+}
+
+Tensor nll_loss_cuda(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& opts) {
+  const char* op = "nll_loss";
+  const ClassTargets ct = check_class_args(op, log_probs, target, opts.weight);
+  const backend::cuda::ClassLoss a = cuda_class_loss(ct, opts.ignore_index, opts.reduction);
+  const Device dev = log_probs.device();
+  Tensor xc = log_probs.detach().contiguous();
+  Tensor tc = cuda_targets(target);
+  Tensor wc = cuda_weights(opts.weight);
+  Tensor total_w = opts.reduction == Reduction::Mean
+                       ? empty({}, TensorOptions(DType::f64).with_device(dev))
+                       : Tensor();
+  Tensor out =
+      empty(opts.reduction == Reduction::None ? target.shape() : Shape{}, log_probs.options());
+  backend::cuda::nll_loss_forward(out, total_w, xc, tc, wc, a);
+  autograd::record(op, {log_probs}, {out},
+                   [tc, wc, total_w, a, shape = log_probs.shape(),
+                    opt = log_probs.options()](const std::vector<Tensor>& g) {
+                     Tensor dx = empty(shape, opt);
+                     backend::cuda::nll_loss_backward(dx, cuda_loss_grad(g[0], opt.dtype), total_w,
+                                                      tc, wc, a);
+                     return std::vector<Tensor>{dx};
+                   });
+  return out;
 }
 
 // The loss output from per-sample losses (double): the losses themselves shaped
@@ -321,6 +418,10 @@ inline A softplus_neg(A x) {
 
 Tensor bce_elementwise(const Tensor& x, const Tensor& y, const Tensor& pw) {
   Tensor out = empty(x.shape(), x.options());
+  if (x.device().is_cuda()) {
+    backend::cuda::bce_with_logits(out, x, y, pw);
+    return out;
+  }
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits", [&]<class T>() {
     using A = acc_t<T>;
     backend::cpu::ternary_map<T, T, T, T>(out, x, y, pw, [](T xv, T yv, T pv) {
@@ -333,6 +434,10 @@ Tensor bce_elementwise(const Tensor& x, const Tensor& y, const Tensor& pw) {
 
 Tensor softplus_neg_tensor(const Tensor& x) {
   Tensor out = empty(x.shape(), x.options());
+  if (x.device().is_cuda()) {
+    backend::cuda::softplus_neg(out, x);
+    return out;
+  }
   dispatch_floating(x.dtype(), "binary_cross_entropy_with_logits_backward", [&]<class T>() {
     using A = acc_t<T>;
     backend::cpu::unary_map<T, T>(out, x, [](T v) { return cast<T>(softplus_neg(cast<A>(v))); });
@@ -360,13 +465,30 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, t
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const char* op = "dropout";
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x});
   DLTRAIN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1] but is ", p);
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input but got ", x.dtype(),
                 "; convert it with .to(DType::f32)");
   if (!training || p == 0.0) return x;
   if (p == 1.0) return mul(x, 0.0);
   const double keep = 1.0 - p;
+  if (x.device().is_cuda()) {
+    // Same generator draw as rand() below, so the mask equals the CPU's for the same state.
+    Generator& rng = gen ? *gen : default_generator();
+    const uint64_t seed = rng.seed();
+    const uint64_t base = rng.reserve(static_cast<uint64_t>((x.numel() + 1) / 2));
+    const MemoryFormat fmt = x.suggest_memory_format();
+    Tensor out = empty(x.shape(), fmt, x.options());
+    Tensor mask = empty(x.shape(), fmt, TensorOptions(DType::u8).with_device(x.device()));
+    backend::cuda::dropout_forward(out, mask, x.detach(), keep, seed, base);
+    autograd::record(op, {x}, {out},
+                     [mask, keep, fmt, opt = x.options()](const std::vector<Tensor>& g) {
+                       Tensor dx = empty(mask.shape(), fmt, opt);
+                       backend::cuda::dropout_backward(
+                           dx, g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype), mask, keep);
+                       return std::vector<Tensor>{dx};
+                     });
+    return out;
+  }
   const DType rdt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor u = rand(x.shape(), TensorOptions(rdt), gen);
   Tensor scale = empty(x.shape(), x.options());
@@ -391,6 +513,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   const Tensor target = unbatched ? target_in.reshape({1}) : target_in;
   const double eps = opts.label_smoothing;
   DLTRAIN_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be in [0, 1] but is ", eps);
+  if (logits.device().is_cuda() || target.device().is_cuda())
+    return cross_entropy_cuda(logits_in, logits, target, opts, unbatched);
   ClassTargets ct = class_targets(op, logits, target, opts.ignore_index, opts.weight);
   const int64_t C = ct.C, S = ct.S, n = ct.N * S;
   const std::vector<double> w = opts.weight.defined()
@@ -502,6 +626,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& opts) {
   const char* op = "nll_loss";
+  detail::check_defined(op, log_probs, "input");
+  detail::check_defined(op, target, "target");
+  if (log_probs.device().is_cuda() || target.device().is_cuda())
+    return nll_loss_cuda(log_probs, target, opts);
   ClassTargets ct = class_targets(op, log_probs, target, opts.ignore_index, opts.weight);
   const int64_t C = ct.C, S = ct.S, n = ct.N * S;
   const std::vector<double> w = opts.weight.defined()
@@ -544,7 +672,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   const char* op = "mse_loss";
   detail::check_defined(op, input, "input");
   detail::check_defined(op, target, "target");
-  detail::require_cpu(op, {&input, &target});
+  detail::check_same_device(op, {&input, &target});
   DLTRAIN_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), op,
                 ": input and target must be floating-point but have dtypes ", input.dtype(),
                 " and ", target.dtype(), "; convert them with .to(DType::f32)");
@@ -558,7 +686,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   const char* op = "binary_cross_entropy_with_logits";
   detail::check_defined(op, logits, "input");
   detail::check_defined(op, target, "target");
-  detail::require_cpu(op, {&logits, &target, &pos_weight});
+  detail::check_same_device(op, {&logits, &target, &pos_weight});
   DLTRAIN_CHECK(is_floating(logits.dtype()) && is_floating(target.dtype()), op,
                 ": input and target must be floating-point but have dtypes ", logits.dtype(),
                 " and ", target.dtype(), "; convert the target with .to(DType::f32)");
@@ -577,7 +705,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   Tensor y = target.dtype() == dt ? target.detach() : target.detach().to(dt);
   Tensor pw = pos_weight.defined()
                   ? (pos_weight.dtype() == dt ? pos_weight.detach() : pos_weight.detach().to(dt))
-                  : scalar_tensor(1.0, TensorOptions(dt));
+                  : scalar_tensor(1.0, TensorOptions(dt).with_device(logits.device()));
   Tensor out = bce_elementwise(x, y, pw);
   autograd::record(
       op, {logits, target, pos_weight}, {out},

@@ -140,11 +140,32 @@ void Adam::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
   State& s = state_[i];
   const bool amsgrad = *group.amsgrad;
   if (s.step == 0) {
-    s.exp_avg = empty_state_like(param).zero_();
-    s.exp_avg_sq = empty_state_like(param).zero_();
+    s.exp_avg = detail::zero_dense(empty_state_like(param));
+    s.exp_avg_sq = detail::zero_dense(empty_state_like(param));
   }
-  if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = empty_state_like(param).zero_();
+  if (amsgrad && !s.max_exp_avg_sq.defined())
+    s.max_exp_avg_sq = detail::zero_dense(empty_state_like(param));
   s.step += 1;
+  if (param.device().is_cuda()) {
+    const auto [b1, b2] = *group.betas;
+    detail::CudaBatch& batch = detail::cuda_batch();
+    batch.adam_hyper = backend::cuda::AdamHyper{.lr = *group.lr,
+                                                .weight_decay = *group.weight_decay,
+                                                .beta1 = b1,
+                                                .beta2 = b2,
+                                                .eps = *group.eps,
+                                                .decoupled = decoupled_,
+                                                .amsgrad = amsgrad,
+                                                .maximize = *group.maximize};
+    batch.adam.push_back(
+        backend::cuda::AdamTensors{.param = param,
+                                   .grad = grad,
+                                   .exp_avg = s.exp_avg,
+                                   .exp_avg_sq = s.exp_avg_sq,
+                                   .max_exp_avg_sq = amsgrad ? s.max_exp_avg_sq : Tensor(),
+                                   .step = s.step});
+    return;
+  }
 
   const double lr = *group.lr, wd = *group.weight_decay;
   const auto [beta1, beta2] = *group.betas;

@@ -9,26 +9,50 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
+#include "src/backend/cuda/optim.hpp"
 
 namespace dltrain::optim {
 
 namespace {
 
-// The gradients to clip: defined ones, CPU only, each dense (a non-dense one is replaced by
-// a dense copy for reading; writes then go through ops that handle strides).
+// The gradients to clip: the defined ones, all on one device (CPU or one CUDA device).
 std::vector<Tensor> gradients(const std::vector<Tensor>& params, const char* op) {
   std::vector<Tensor> out;
   for (size_t k = 0; k < params.size(); ++k) {
     DLTRAIN_CHECK(params[k].defined(), op, ": tensor ", k, " is undefined");
     Tensor g = params[k].grad();
     if (!g.defined()) continue;
-    DLTRAIN_CHECK(!g.device().is_cuda(), op, ": the gradient of tensor ", k, " is on ", g.device(),
-                  "; CUDA gradient clipping comes with the CUDA backend");
     DLTRAIN_CHECK(is_floating(g.dtype()), op, ": the gradient of tensor ", k, " has dtype ",
                   g.dtype());
+    DLTRAIN_CHECK(out.empty() || g.device() == out.front().device(), op,
+                  ": the gradient of tensor ", k, " is on ", g.device(),
+                  " but an earlier one is on ", out.front().device(),
+                  "; clip the gradients of each device in a separate call");
     out.push_back(g);
   }
   return out;
+}
+
+void check_finite_norm(bool error_if_nonfinite, double total, double norm_type) {
+  DLTRAIN_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm ",
+                "of order ", norm_type, " of the gradients is ", total,
+                ", so it cannot be clipped; fix the non-finite gradients or pass ",
+                "error_if_nonfinite = false to scale by it anyway");
+}
+
+// CUDA: the norm and the coefficient stay on the device (multi-tensor reduction, then one
+// multi-tensor scaling that reads the coefficient there), so nothing syncs the host unless
+// error_if_nonfinite asks to look at the norm.
+Tensor clip_grad_norm_cuda(const std::vector<Tensor>& grads, double max_norm, double norm_type,
+                           bool error_if_nonfinite) {
+  const TensorOptions f64 = TensorOptions(DType::f64).with_device(grads.front().device());
+  Tensor norm = empty({}, f64), coef = empty({}, f64);
+  std::vector<Tensor> dense;
+  for (const Tensor& g : grads) dense.push_back(detail::is_dense(g) ? g : g.contiguous());
+  backend::cuda::grad_norm(norm, coef, dense, norm_type, max_norm);
+  if (error_if_nonfinite) check_finite_norm(true, norm.item<double>(), norm_type);
+  backend::cuda::scale_grads(grads, coef);
+  return norm.to(grads.front().dtype());
 }
 
 // sum of f(x[k]) over [lo, hi) in double with 8 independent partial sums: without
@@ -98,6 +122,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients(params, "clip_grad_norm_");
   if (grads.empty()) return scalar_tensor(0.0);
+  if (grads.front().device().is_cuda())
+    return clip_grad_norm_cuda(grads, max_norm, norm_type, error_if_nonfinite);
   const bool inf = std::isinf(norm_type);
   double acc = 0.0;
   for (const Tensor& g : grads) {
@@ -106,10 +132,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   }
   const double total =
       inf ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
-  DLTRAIN_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm ",
-                "of order ", norm_type, " of the gradients is ", total,
-                ", so it cannot be clipped; fix the non-finite gradients or pass ",
-                "error_if_nonfinite = false to scale by it anyway");
+  check_finite_norm(error_if_nonfinite, total, norm_type);
   const double coef = std::min(max_norm / (total + 1e-6), 1.0);
   // min() drops a NaN coefficient; PyTorch's clamp keeps it (and poisons the gradients).
   const double clamped = std::isnan(total) ? total : coef;
@@ -120,7 +143,12 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   DLTRAIN_CHECK(clip_value >= 0.0, "clip_grad_value_: clip_value must be >= 0, got ", clip_value);
   autograd::NoGradGuard no_grad;
-  for (Tensor g : gradients(params, "clip_grad_value_")) {
+  const std::vector<Tensor> grads = gradients(params, "clip_grad_value_");
+  if (!grads.empty() && grads.front().device().is_cuda()) {
+    backend::cuda::clamp_grads(grads, -clip_value, clip_value);
+    return;
+  }
+  for (Tensor g : grads) {
     if (!detail::is_dense(g)) {
       g.copy_(clamp(g, -clip_value, clip_value));
       continue;

@@ -1,5 +1,12 @@
 // Helpers shared by the optim sources (not installed): memory-layout checks for the fused
-// CPU passes, and the u8 type tag that marks whose state a StateDict holds.
+// passes, the u8 type tag that marks whose state a StateDict holds, and the batch through
+// which CUDA parameters are updated by multi-tensor kernels.
+//
+// CUDA batching: Optimizer::update is per parameter, but a CUDA update should be one launch
+// for a whole group. So while Optimizer::step runs, a CudaBatchScope installs a thread-local
+// CudaBatch; update() of a CUDA parameter prepares its state and appends its tensors there,
+// and step() flushes the batch after each group (one multi-tensor launch per device, dtype
+// and table of tensors).
 #pragma once
 
 #include <algorithm>
@@ -10,6 +17,8 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
+#include "src/backend/cuda/cuda_backend.hpp"
+#include "src/backend/cuda/optim.hpp"
 
 namespace dltrain::optim::detail {
 
@@ -42,6 +51,47 @@ inline bool same_layout(const Tensor& a, const Tensor& b) {
   }
   return true;
 }
+
+/// Zero-fills a dense tensor in place and returns it; a CUDA one with one fill over its
+/// memory whatever its layout (Tensor::fill_ would go through the host for a non-contiguous
+/// layout such as channels-last).
+inline Tensor zero_dense(Tensor t) {
+  if (t.device().is_cuda()) {
+    if (t.numel() > 0) backend::cuda::fill(t.data_ptr(), t.dtype(), t.numel(), 0.0, t.device());
+  } else {
+    t.zero_();
+  }
+  return t;
+}
+
+/// The CUDA updates of the param group being stepped (see the file comment). Within one
+/// flush the hyper-parameters are the group's.
+struct CudaBatch {
+  backend::cuda::SgdHyper sgd_hyper;
+  std::vector<backend::cuda::SgdTensors> sgd;
+  backend::cuda::AdamHyper adam_hyper;
+  std::vector<backend::cuda::AdamTensors> adam;
+  /// Launches the queued updates, one call per (device, dtype), and empties the batch.
+  void flush();
+};
+
+/// The batch of the Optimizer::step running on this thread; throws outside of one.
+CudaBatch& cuda_batch();
+
+/// Installs an empty CudaBatch for the calling thread for its lifetime (restoring the
+/// previous one after); queued updates that were not flushed are dropped.
+class CudaBatchScope {
+ public:
+  CudaBatchScope();
+  ~CudaBatchScope();
+  CudaBatchScope(const CudaBatchScope&) = delete;
+  CudaBatchScope& operator=(const CudaBatchScope&) = delete;
+  void flush() { batch_.flush(); }
+
+ private:
+  CudaBatch batch_;
+  CudaBatch* previous_;
+};
 
 /// A 1-d u8 tensor holding the bytes of `name`.
 inline Tensor type_tag(const std::string& name) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "common.hpp"
 #include "dltrain/autograd/node.hpp"
@@ -57,7 +59,37 @@ void read_field(const StateDict& in, const std::string& key, const char* ctx,
 
 std::string group_prefix(size_t g) { return "param_groups." + std::to_string(g) + "."; }
 
+thread_local detail::CudaBatch* current_batch = nullptr;
+
 }  // namespace
+
+namespace detail {
+
+CudaBatch& cuda_batch() {
+  DLTRAIN_CHECK(current_batch != nullptr,
+                "optimizer: a CUDA parameter update was requested outside Optimizer::step");
+  return *current_batch;
+}
+
+CudaBatchScope::CudaBatchScope() : previous_(current_batch) { current_batch = &batch_; }
+CudaBatchScope::~CudaBatchScope() { current_batch = previous_; }
+
+void CudaBatch::flush() {
+  // Taken out first, so that a failing launch leaves an empty batch behind.
+  std::vector<backend::cuda::SgdTensors> s = std::move(sgd);
+  std::vector<backend::cuda::AdamTensors> a = std::move(adam);
+  sgd.clear();
+  adam.clear();
+  using Key = std::pair<int, DType>;
+  std::map<Key, std::vector<backend::cuda::SgdTensors>> sgd_parts;
+  for (auto& t : s) sgd_parts[{t.param.device().index, t.param.dtype()}].push_back(std::move(t));
+  for (const auto& [key, ts] : sgd_parts) backend::cuda::sgd_step(sgd_hyper, ts);
+  std::map<Key, std::vector<backend::cuda::AdamTensors>> adam_parts;
+  for (auto& t : a) adam_parts[{t.param.device().index, t.param.dtype()}].push_back(std::move(t));
+  for (const auto& [key, ts] : adam_parts) backend::cuda::adam_step(adam_hyper, ts);
+}
+
+}  // namespace detail
 
 std::vector<Tensor> Optimizer::parameters() const {
   std::vector<Tensor> out;
@@ -123,16 +155,19 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 void Optimizer::step() {
   autograd::NoGradGuard no_grad;
+  // Every parameter is checked before any is updated, so a bad one changes nothing.
+  struct Work {
+    int64_t idx;
+    Tensor* param;
+    Tensor grad;
+  };
+  std::vector<std::vector<Work>> work(groups_.size());
   int64_t i = 0;
-  for (auto& group : groups_) {
-    for (auto& p : group.params) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (auto& p : groups_[gi].params) {
       const int64_t idx = i++;
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      DLTRAIN_CHECK(!p.device().is_cuda(), name(), ": parameter ", idx, " (shape ",
-                    shape_str(p.shape()), ") is on ", p.device(),
-                    "; fused CUDA optimizer kernels come with the CUDA backend, step CPU ",
-                    "parameters for now");
       DLTRAIN_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, name(), ": parameter ", idx,
                     " has dtype ", p.dtype(), "; optimizers update f32 or f64 parameters ",
                     "(keep f32 master weights under mixed precision)");
@@ -152,8 +187,14 @@ void Optimizer::step() {
         g2.copy_(grad);
         grad = g2;
       }
-      update(group, idx, p, grad);
+      work[gi].push_back(Work{idx, &p, grad});
     }
+  }
+  // CPU parameters update in update(); CUDA ones are queued there and launched per group.
+  detail::CudaBatchScope batch;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (Work& w : work[gi]) update(groups_[gi], w.idx, *w.param, w.grad);
+    batch.flush();
   }
 }
 

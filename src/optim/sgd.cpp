@@ -98,6 +98,18 @@ void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor
     buf = empty_state_like(param);
     first = true;
   }
+  if (param.device().is_cuda()) {
+    detail::CudaBatch& batch = detail::cuda_batch();
+    batch.sgd_hyper = backend::cuda::SgdHyper{.lr = *group.lr,
+                                              .weight_decay = *group.weight_decay,
+                                              .momentum = momentum,
+                                              .dampening = *group.dampening,
+                                              .nesterov = *group.nesterov,
+                                              .maximize = *group.maximize};
+    batch.sgd.push_back(backend::cuda::SgdTensors{
+        .param = param, .grad = grad, .momentum_buffer = buf, .first = first});
+    return;
+  }
   const int64_t n = param.numel();
   dispatch_floating(param.dtype(), "SGD::step", [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {

@@ -32,11 +32,3 @@ TEST_CASE("non-contiguous CUDA tensors copy to the host and convert dtype", "[cu
   half_dev.copy_(view.contiguous());  // dtype change on the device path
   REQUIRE(allclose(half_dev.to(Device::cpu()), want.to(DType::f64), 0, 0));
 }
-
-TEST_CASE("optimizers refuse CUDA parameters clearly until the fused kernels exist",
-          "[cuda][gpu]") {
-  Tensor p = zeros({3}, Device::cuda(0));
-  optim::SGD sgd({p}, {.lr = 0.1});
-  p.set_grad(zeros({3}, Device::cuda(0)));
-  REQUIRE_THROWS_WITH(sgd.step(), Catch::Contains("fused CUDA optimizer kernels"));
-}
