@@ -295,7 +295,8 @@ int main(int argc, char** argv) {
       }
       if (gpu) {
         set_num_threads(1);
-        const double g = run_gpu(packed ? packed : ds, batch, t, epochs);
+        const double g =
+            run_gpu(packed ? std::static_pointer_cast<Dataset>(packed) : ds, batch, t, epochs);
         std::printf(" %16.1f", g);
         results.push_back({t, packed ? "packed-workers-gpu" : "workers-gpu", g});
       }
