@@ -1,6 +1,9 @@
 // Gathering and scattering by index: the building blocks of embeddings and
-// GNN message passing. Index tensors are int64 (int32 accepted); every index
-// is bounds-checked and a bad one raises dltrain::Error naming it.
+// GNN message passing. Index tensors are int64 (int32 accepted). On the CPU every index
+// is bounds-checked and a bad one raises dltrain::Error naming it. On CUDA a check would
+// need a device-to-host sync per call, so indices are not checked there: an out-of-range
+// gather/index_select reads NaN (0 for integer dtypes) and a scatter drops that element;
+// validate indices on the CPU (or run once on the CPU) when they come from untrusted data.
 #pragma once
 
 #include <optional>

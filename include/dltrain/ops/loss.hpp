@@ -1,4 +1,9 @@
 // Softmax family, dropout and losses.
+//
+// On CUDA, cross_entropy and nll_loss are fused kernels whose mean reduction is computed on
+// the device (no host sync). Targets are range-checked on the CPU only: on CUDA an
+// out-of-range target (other than ignore_index) gives a NaN loss and gradient instead of an
+// error, because checking would synchronise every step.
 #pragma once
 
 #include "dltrain/core/generator.hpp"

@@ -3,7 +3,9 @@
 // Both act in place on the .grad() of the given tensors and skip tensors without a gradient.
 // The norm is taken over all gradients together, as if concatenated into one vector, and
 // accumulated in double in a fixed chunk order, so the result does not depend on the thread
-// count. CPU gradients only for now (CUDA gradients raise dltrain::Error).
+// count. On CUDA the norm is a multi-tensor reduction (double, fixed order) and the clipping
+// coefficient never leaves the device; the returned norm is a device tensor read only when
+// the caller reads it (error_if_nonfinite reads it, which synchronises).
 #pragma once
 
 #include <limits>

@@ -15,8 +15,10 @@
 // state must be dense (no holes, no overlap) and share one layout: contiguous and
 // channels-last parameters both qualify. A gradient laid out differently from its parameter
 // is copied into the parameter's layout first (correct, slower); a non-dense parameter (a
-// strided view) raises dltrain::Error. CUDA parameters raise dltrain::Error until the CUDA
-// backend brings fused kernels.
+// strided view) raises dltrain::Error. CUDA parameters are updated by multi-tensor kernels
+// (one launch per parameter group, device and dtype; the tensor table travels in the kernel
+// parameters) with the CPU update's arithmetic. Every parameter is validated before any is
+// updated, so a rejected step changes nothing.
 #pragma once
 
 #include <array>
@@ -85,8 +87,8 @@ class Optimizer {
 
   /// Updates every parameter that has a gradient (parameters without one are skipped and
   /// their state does not advance). Runs without recording autograd. Throws dltrain::Error
-  /// for a CUDA parameter, a dtype other than f32/f64, a gradient whose dtype, device or
-  /// shape differs from its parameter, or a non-dense parameter.
+  /// (before updating anything) for a dtype other than f32/f64, a gradient whose dtype,
+  /// device or shape differs from its parameter, or a non-dense parameter.
   void step();
   /// Clears gradients: drops them (set_to_none, the default, as PyTorch 2) or fills with 0.
   void zero_grad(bool set_to_none = true);
