@@ -12,6 +12,11 @@
 // col2im(W_g^T * gy_g), grad_weight as sum gy_g * im2col(x_g)^T in per-thread
 // accumulators reduced at the end, and grad_bias as a plain sum. The backward
 // kernels are not themselves recorded (no double backward).
+//
+// CUDA tensors go to cuDNN (backend::cuda::conv2d_*): x, weight and the output are
+// brought to x's memory format (f64 always computes in NCHW, then converts), and the
+// CUDA node calls cuDNN's backward-data and backward-filter directly; the bias gradient is
+// a per-channel sum.
 #include "dltrain/ops/conv.hpp"
 
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "src/backend/cpu/gemm.hpp"
+#include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -258,6 +264,54 @@ ConvGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0, c
   return r;
 }
 
+// conv2d of CUDA tensors through cuDNN, with its node (see the file comment).
+Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShape& s) {
+  DLTRAIN_CHECK(s.Cin > 0, "conv2d: input ", shape_str(x.shape()), " and weight ",
+                shape_str(weight.shape()),
+                " have no input channels, which cuDNN cannot convolve; run it on the CPU");
+  const DType dt = x.dtype();
+  const MemoryFormat x_fmt = x.suggest_memory_format();
+  const MemoryFormat fmt =
+      x_fmt == MemoryFormat::ChannelsLast && dt != DType::f64 ? x_fmt : MemoryFormat::Contiguous;
+  const backend::cuda::ConvParams p{s.stride, s.pad, s.dil, s.groups};
+  Tensor y = empty({s.N, s.Cout, s.Ho, s.Wo}, fmt, x.options());
+  backend::cuda::conv2d_forward(y, x.detach().contiguous(fmt), weight.detach().contiguous(fmt),
+                                bias.defined() ? bias.detach() : Tensor(), p);
+  if (fmt != x_fmt) y = y.contiguous(x_fmt);
+
+  const bool rx = x.requires_grad(), rw = weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  const ConvMeta meta{dt, x_fmt, weight.suggest_memory_format(), rx, rw, rb};
+  autograd::record(
+      "conv2d", {x, weight, bias}, {y},
+      [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), s, p, fmt,
+       meta](const std::vector<Tensor>& g) {
+        const TensorOptions opts = TensorOptions(meta.dtype).with_device(g[0].device());
+        const Tensor gy = (g[0].dtype() == meta.dtype ? g[0] : g[0].to(meta.dtype)).contiguous(fmt);
+        ConvGrads r;
+        if (meta.need_x) {
+          r.gx = empty({s.N, s.Cin, s.H, s.W}, fmt, opts);
+          backend::cuda::conv2d_backward_data(r.gx, gy, ws.contiguous(fmt), p);
+          if (meta.x_fmt != fmt) r.gx = r.gx.contiguous(meta.x_fmt);
+        }
+        if (meta.need_w) {
+          if (s.N == 0) {
+            r.gw = zeros({s.Cout, s.cin_g(), s.kh, s.kw}, opts);
+          } else {
+            r.gw = empty({s.Cout, s.cin_g(), s.kh, s.kw}, fmt, opts);
+            backend::cuda::conv2d_backward_filter(r.gw, gy, xs.contiguous(fmt), p);
+          }
+          if (meta.w_fmt != r.gw.suggest_memory_format()) r.gw = r.gw.contiguous(meta.w_fmt);
+        }
+        if (meta.need_b) {
+          r.gb = empty({s.Cout}, opts);
+          backend::cuda::channel_sum(r.gb, gy);
+        }
+        return std::vector<Tensor>{r.gx, r.gw, r.gb};
+      });
+  return y;
+}
+
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -282,7 +336,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
               Int2 dilation, int64_t groups) {
   detail::check_defined("conv2d", x, "input");
   detail::check_defined("conv2d", weight, "weight");
-  detail::require_cpu("conv2d", {&x, &weight, &bias});
+  detail::check_same_device("conv2d", {&x, &weight, &bias});
   DLTRAIN_CHECK(x.dim() == 4, "conv2d: expected a 4-d input [N, C, H, W] but got shape ",
                 shape_str(x.shape()), "; add a batch dim with unsqueeze(0)");
   DLTRAIN_CHECK(weight.dim() == 4,
@@ -319,6 +373,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
                 shape_str(weight.shape()), " (dilation ", dilation.h, ", ", dilation.w,
                 "); pad more or use a smaller kernel");
   const ConvShape s{N, Cin, H, W, Cout, kh, kw, Ho, Wo, groups, stride, padding, dilation};
+  if (x.device().is_cuda()) return conv2d_cuda(x, weight, bias, s);
 
   const DType dt = x.dtype(), ct = is_half(dt) ? DType::f32 : dt;
   Tensor xc = prepared(x, ct), wc = prepared(weight, ct), bc = prepared(bias, ct);

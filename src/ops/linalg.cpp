@@ -1,19 +1,24 @@
 // Matrix products: mm, bmm, matmul and linear, with their gradients.
 //
-// mm and bmm run backend::cpu::gemm on the operands as they are laid out
-// (row-major, column-major or transposed views map without a copy; any other
-// stride pattern is made contiguous first) and always return a contiguous
-// result. f16/bf16 operands are multiplied in float and rounded once.
-// bmm parallelises over the batch when it has at least as many matrices as
-// threads, otherwise inside each product. matmul and linear are composed of
-// mm/bmm and view ops, so their gradients (including the sum over broadcast
-// batch dims) come from those ops' nodes.
+// mm and bmm run backend::cpu::gemm (CPU) or backend::cuda::gemm (cuBLASLt) on
+// the operands as they are laid out (row-major, column-major or transposed views
+// map without a copy; any other stride pattern is made contiguous first) and
+// always return a contiguous result. f16/bf16 operands are multiplied in float
+// and rounded once. On the CPU bmm parallelises over the batch when it has at
+// least as many matrices as threads, otherwise inside each product. matmul is
+// composed of mm/bmm and view ops, so its gradients (including the sum over
+// broadcast batch dims) come from those ops' nodes; so is linear on the CPU. On
+// CUDA linear is one GEMM with the bias fused as an epilogue, and its own node
+// computes the input and weight gradients as GEMMs and the bias gradient as a
+// column sum.
 #include "dltrain/ops/linalg.hpp"
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cpu/gemm.hpp"
+#include "src/backend/cuda/blas.hpp"
+#include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -27,7 +32,7 @@ bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   detail::check_defined(op, a, "self");
   detail::check_defined(op, b, "other");
-  detail::require_cpu(op, {&a, &b});
+  detail::check_same_device(op, {&a, &b});
   DLTRAIN_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), op,
                 ": expected two floating-point tensors of the same dtype but got ", a.dtype(),
                 " and ", b.dtype(), "; convert them with .to(dtype)");
@@ -50,6 +55,11 @@ Tensor mappable(const Tensor& t) {
 
 // c[i] = a[i] * b[i] for 3-d a [B,n,k], b [B,k,m] (any batch strides); no autograd.
 Tensor batched_product(const Tensor& a0, const Tensor& b0) {
+  if (a0.device().is_cuda()) {
+    Tensor c = empty({a0.size(0), a0.size(1), b0.size(2)}, a0.options());
+    backend::cuda::gemm(c, a0.detach(), b0.detach());
+    return c;
+  }
   const DType dt = a0.dtype();
   const DType ct = is_half(dt) ? DType::f32 : dt;
   Tensor a = mappable(a0.detach().to(ct)), b = mappable(b0.detach().to(ct));
@@ -73,6 +83,42 @@ Tensor batched_product(const Tensor& a0, const Tensor& b0) {
     }
   });
   return ct == dt ? c : c.to(dt);
+}
+
+// [M, n] x [n, p] -> [M, p] on CUDA into a new tensor; no autograd.
+Tensor cuda_mm(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
+  Tensor c = empty({a.size(0), b.size(1)}, a.options());
+  backend::cuda::gemm(c.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), bias);
+  return c;
+}
+
+// linear on CUDA (x, weight, bias of one floating dtype): x's leading dims are folded into the
+// rows of one GEMM with the bias as its epilogue.
+Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  const Tensor x2 = x.detach().reshape({-1, in});
+  const Tensor w = weight.detach();
+  Tensor y2 = cuda_mm(x2, w.t(), bias.defined() ? bias.detach() : Tensor());
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(out_features);
+  Tensor y = y2.view(out_shape);
+  const bool rx = x.requires_grad(), rw = weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  autograd::record("linear", {x, weight, bias}, {y},
+                   [xs = rw ? x2 : Tensor(), ws = rx ? w : Tensor(), x_shape = x.shape(), rx, rw,
+                    rb, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
+                     const Tensor gy = g[0].dtype() == dt ? g[0] : g[0].to(dt);
+                     const Tensor g2 = gy.reshape({-1, out_features});
+                     Tensor gx, gw, gb;
+                     if (rx) gx = cuda_mm(g2, ws).view(x_shape);
+                     if (rw) gw = cuda_mm(g2.t(), xs);
+                     if (rb) {
+                       gb = empty({out_features}, g2.options());
+                       backend::cuda::channel_sum(gb, g2);
+                     }
+                     return std::vector<Tensor>{gx, gw, gb};
+                   });
+  return y;
 }
 
 }  // namespace
@@ -155,7 +201,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined("linear", x, "input");
   detail::check_defined("linear", weight, "weight");
-  detail::require_cpu("linear", {&x, &weight, &bias});
+  detail::check_same_device("linear", {&x, &weight, &bias});
   DLTRAIN_CHECK(weight.dim() == 2,
                 "linear: weight must be 2-d [out_features, in_features] but got ",
                 shape_str(weight.shape()));
@@ -166,6 +212,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
                 "linear: bias must be 1-d of size ", weight.size(0), " (out_features) but got ",
                 bias.defined() ? shape_str(bias.shape()) : std::string());
+  if (x.device().is_cuda() && is_floating(x.dtype()) && weight.dtype() == x.dtype() &&
+      (!bias.defined() || bias.dtype() == x.dtype()))
+    return linear_cuda(x, weight, bias);
   Tensor out = matmul(x, weight.t());
   return bias.defined() ? add(out, bias) : out;
 }

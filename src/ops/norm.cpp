@@ -9,6 +9,11 @@
 // format. layer_norm reduces each trailing row in double. Both save the input
 // (detached), the per-channel / per-row mean and inverse std, and compute the
 // backward pass in one kernel; 16-bit floats compute in float (acc_t).
+//
+// CUDA tensors: batch_norm runs on cuDNN (inputs that are not 4-d are viewed as 4-d, see
+// as_4d), with f32 (f64) copies of the per-channel tensors where needed; running
+// statistics held in another dtype or layout are updated through a copy written back
+// afterwards. Its eval-mode backward and layer_norm are kernels of the dnn family.
 #include "dltrain/ops/norm.hpp"
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "src/backend/cpu/cast.hpp"
+#include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -129,6 +135,123 @@ void check_param(const char* op, const Tensor& p, const char* name, const Shape&
                 " was expected for the input; pass a tensor of that shape or leave it undefined");
 }
 
+// The dtype of cuDNN's per-channel tensors (and of the layer-norm statistics) for x's dtype.
+DType param_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+// `t` as a contiguous tensor of dtype pt: t itself (sharing storage) when it already is one.
+Tensor as_param(const Tensor& t, DType pt) { return t.detach().to(pt).contiguous(); }
+
+// How batch_norm presents an input to cuDNN as 4-d: 4-d as it is; [N, C] as the channels-last
+// [1, C, N, 1] (the same bytes; no limit on N that way); other shapes as [N, C, S, 1].
+Tensor as_4d(const Tensor& t) {
+  if (t.dim() == 4) return t;
+  if (t.dim() == 2) return t.t().unsqueeze(0).unsqueeze(3);
+  int64_t S = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) S *= t.size(d);
+  return t.view({t.size(0), t.size(1), S, 1});
+}
+
+// batch_norm of a CUDA tensor (arguments checked by batch_norm; fmt is x's memory format).
+// cuDNN computes bf16 through f32 copies (its batch norm is not trusted with bf16) and f64 in
+// NCHW; the output and input gradient come back in x's dtype and format.
+Tensor batch_norm_cuda(const Tensor& x, MemoryFormat fmt, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       double momentum, double eps) {
+  const int64_t C = x.size(1);
+  const DType dt = x.dtype(), cdt = dt == DType::bf16 ? DType::f32 : dt;
+  const MemoryFormat cfmt = dt == DType::f64 ? MemoryFormat::Contiguous : fmt;
+  const DType pt = param_dtype(cdt);
+  const TensorOptions popts = TensorOptions(pt).with_device(x.device());
+  const Tensor xc = x.detach().to(cdt).contiguous(cfmt);
+  const Tensor x4 = as_4d(xc);
+  Tensor y = empty(x.shape(), cfmt, xc.options());
+  const Tensor w = weight.defined() ? as_param(weight, pt) : full({C}, 1.0, popts);
+  const Tensor b = bias.defined() ? as_param(bias, pt) : full({C}, 0.0, popts);
+  const bool stats = running_mean.defined() && running_var.defined();
+  Tensor rm = stats ? as_param(running_mean, pt) : Tensor();
+  Tensor rv = stats ? as_param(running_var, pt) : Tensor();
+  Tensor save_mean, save_invstd;
+  if (training) {
+    save_mean = empty({C}, popts);
+    save_invstd = empty({C}, popts);
+    backend::cuda::batch_norm_forward_training(as_4d(y), x4, w, b, rm, rv, momentum, eps, save_mean,
+                                               save_invstd);
+    NoGradGuard ng;
+    Tensor rmt = running_mean, rvt = running_var;  // copies of other dtypes/layouts go back
+    if (stats && rm.data_ptr() != running_mean.data_ptr()) rmt.copy_(rm);
+    if (stats && rv.data_ptr() != running_var.data_ptr()) rvt.copy_(rv);
+  } else {
+    backend::cuda::batch_norm_forward_inference(as_4d(y), x4, w, b, rm, rv, eps);
+  }
+  if (y.dtype() != dt) y = y.to(dt);
+  if (cfmt != fmt) y = y.contiguous(fmt);
+
+  const bool rx = x.requires_grad(), rw = weight.defined() && weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  if (!autograd::any_requires_grad({&x, &weight, &bias})) return y;
+  if (!training) {  // the backward must see the statistics this forward used
+    if (rm.data_ptr() == running_mean.data_ptr()) rm = rm.clone();
+    if (rv.data_ptr() == running_var.data_ptr()) rv = rv.clone();
+  }
+  autograd::record(
+      "batch_norm", {x, weight, bias}, {y},
+      [xc, w, save_mean, save_invstd, rm, rv, training, eps, fmt, cfmt, dt,
+       wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt, rx,
+       rw, rb](const std::vector<Tensor>& g) {
+        const Tensor gy = g[0].to(xc.dtype()).contiguous(cfmt);
+        const TensorOptions popts = w.options();
+        Tensor gx, gw, gb;
+        if (training) {  // cuDNN computes all three
+          gx = empty(xc.shape(), cfmt, xc.options());
+          gw = empty(w.shape(), popts);
+          gb = empty(w.shape(), popts);
+          backend::cuda::batch_norm_backward(as_4d(gx), gw, gb, as_4d(gy), as_4d(xc), w, save_mean,
+                                             save_invstd, eps);
+        } else {
+          if (rx) gx = empty(xc.shape(), cfmt, xc.options());
+          if (rw) gw = empty(w.shape(), popts);
+          if (rb) gb = empty(w.shape(), popts);
+          backend::cuda::batch_norm_backward_eval(rx ? as_4d(gx) : Tensor(), gw, gb, as_4d(gy),
+                                                  as_4d(xc), w, rm, rv, eps);
+        }
+        if (rx) gx = gx.to(dt).contiguous(fmt);
+        return std::vector<Tensor>{rx ? gx : Tensor(), rw ? gw.to(wdt) : Tensor(),
+                                   rb ? gb.to(bdt) : Tensor()};
+      });
+  return y;
+}
+
+// layer_norm of a CUDA tensor (arguments checked by layer_norm).
+Tensor layer_norm_cuda(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps, int64_t D, int64_t R) {
+  const DType pt = param_dtype(x.dtype());
+  const TensorOptions popts = TensorOptions(pt).with_device(x.device());
+  const Tensor xc = x.detach().contiguous();
+  Tensor y = empty(x.shape(), x.options());
+  const Tensor w = weight.defined() ? as_param(weight, pt) : Tensor();
+  const Tensor b = bias.defined() ? as_param(bias, pt) : Tensor();
+  const Tensor mean = empty({R}, popts), rstd = empty({R}, popts);
+  if (R > 0 && D > 0) backend::cuda::layer_norm_forward(y, mean, rstd, xc, w, b, D, eps);
+  const bool rx = x.requires_grad(), rw = weight.defined() && weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  autograd::record(
+      "layer_norm", {x, weight, bias}, {y},
+      [xc, w, mean, rstd, D, R, ns = normalized_shape, dt = x.dtype(),
+       wdt = weight.defined() ? weight.dtype() : x.dtype(),
+       bdt = bias.defined() ? bias.dtype() : x.dtype(), rx, rw, rb](const std::vector<Tensor>& g) {
+        const Tensor gy = (g[0].dtype() == dt ? g[0] : g[0].to(dt)).contiguous();
+        const TensorOptions popts = mean.options();
+        Tensor gx = rx ? empty(xc.shape(), xc.options()) : Tensor();
+        Tensor gw = rw ? zeros({D}, popts) : Tensor();
+        Tensor gb = rb ? zeros({D}, popts) : Tensor();
+        if (R > 0 && D > 0)
+          backend::cuda::layer_norm_backward(gx, gw, gb, gy, xc, w, mean, rstd, D);
+        return std::vector<Tensor>{gx, rw ? gw.to(wdt).reshape(ns) : Tensor(),
+                                   rb ? gb.to(bdt).reshape(ns) : Tensor()};
+      });
+  return y;
+}
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -136,7 +259,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   double momentum, double eps) {
   const char* op = "batch_norm";
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x, &weight, &bias, &running_mean, &running_var});
+  detail::check_same_device(op, {&x, &weight, &bias, &running_mean, &running_var});
   DLTRAIN_CHECK(x.dim() >= 2, op,
                 ": expected an input [N, C, ...] with at least 2 dimensions but got shape ",
                 shape_str(x.shape()));
@@ -156,6 +279,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const bool channels_last =
       x.dim() == 4 && x.suggest_memory_format() == MemoryFormat::ChannelsLast;
   const MemoryFormat fmt = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  int64_t count = x.size(0);  // values per channel
+  for (int64_t d = 2; d < x.dim(); ++d) count *= x.size(d);
+  DLTRAIN_CHECK(!training || count > 1, op,
+                ": expected more than 1 value per channel when training but got input shape ",
+                shape_str(x.shape()), "; use a batch of at least 2 or training=false");
+  if (x.device().is_cuda())
+    return batch_norm_cuda(x, fmt, weight, bias, running_mean, running_var, training, momentum,
+                           eps);
   Tensor xc = x.detach().contiguous(fmt);
   if (channels_last) {
     L.interleaved = true;
@@ -165,11 +296,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
     for (int64_t d = 2; d < x.dim(); ++d) L.S *= x.size(d);
     if (L.S == 1) L.interleaved = true;  // [N, C]: rows of C
   }
-  const int64_t count = L.per_channel();
-  DLTRAIN_CHECK(!training || count > 1, op,
-                ": expected more than 1 value per channel when training but got input shape ",
-                shape_str(x.shape()), "; use a batch of at least 2 or training=false");
-
   auto mean = std::make_shared<std::vector<double>>(static_cast<size_t>(C));
   auto invstd = std::make_shared<std::vector<double>>(static_cast<size_t>(C));
   Tensor y = empty(x.shape(), fmt, x.options());
@@ -273,7 +399,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x, &weight, &bias});
+  detail::check_same_device(op, {&x, &weight, &bias});
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   DLTRAIN_CHECK(k >= 1, op, ": normalized_shape must name at least one trailing dimension; got []");
   bool match = x.dim() >= k;
@@ -287,6 +413,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
   const int64_t D = shape_numel(normalized_shape);
   const int64_t R = D == 0 ? 0 : x.numel() / D;
+  if (x.device().is_cuda()) return layer_norm_cuda(x, normalized_shape, weight, bias, eps, D, R);
   Tensor xc = x.detach().contiguous();
   Tensor y = empty(x.shape(), x.options());
   auto mean = std::make_shared<std::vector<double>>(static_cast<size_t>(R));

@@ -9,6 +9,11 @@
 // [floor(o*In/Out), ceil((o+1)*In/Out)). Max pooling indices are flat
 // h*W + w positions inside each plane. 3-d [C, H, W] inputs are accepted and
 // treated as one image. The backward kernels are not themselves recorded.
+//
+// CUDA tensors run the kernels of the dnn family (backend::cuda::*_pool2d_*) on x as laid
+// out, with the output in x's memory format and the same window rules; max_pool2d keeps a
+// one-byte in-window index per output for its backward (max_pool2d_with_indices returns the
+// int64 flat indices, as on the CPU).
 #include "dltrain/ops/pool.hpp"
 
 #include <cmath>
@@ -18,6 +23,7 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -35,7 +41,6 @@ DType compute_type(DType t) { return is_half(t) ? DType::f32 : t; }
 
 void check_input(const char* op, const Tensor& x) {
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {&x});
   DLTRAIN_CHECK(x.dim() == 4, op,
                 ": expected a 4-d input [N, C, H, W] (or 3-d [C, H, W]) but got shape ",
                 shape_str(x.shape()));
@@ -387,6 +392,67 @@ void adaptive_kernel(const T* src, T* dst, const PoolShape& s) {
   });
 }
 
+// --- CUDA ----------------------------------------------------------------------------
+
+backend::cuda::PoolParams cuda_params(const PoolShape& s) { return {s.k, s.s, s.p, s.d}; }
+
+Tensor cuda_input_grad(const Tensor& g, const PoolShape& s, DType dt, MemoryFormat fmt,
+                       Tensor& gy) {
+  gy = g.dtype() == dt ? g : g.to(dt);
+  return empty({s.N, s.C, s.H, s.W}, fmt, TensorOptions(dt).with_device(g.device()));
+}
+
+// Max pooling of a CUDA tensor: output and indices in x's format; `flat` indices are the
+// int64 h * W + w of max_pool2d_with_indices, otherwise one byte per output inside its window
+// (when the window has fewer than 255 elements).
+std::pair<Tensor, Tensor> max_pool_cuda(const Tensor& x, const PoolShape& s, bool flat) {
+  const DType dt = x.dtype();
+  const MemoryFormat fmt = x.suggest_memory_format();
+  const backend::cuda::PoolParams p = cuda_params(s);
+  const bool local = !flat && s.k.h * s.k.w < 255;
+  Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, fmt, x.options());
+  Tensor idx = empty({s.N, s.C, s.Ho, s.Wo}, fmt,
+                     TensorOptions(local ? DType::u8 : DType::i64).with_device(x.device()));
+  backend::cuda::max_pool2d_forward(y, idx, x.detach(), p);
+  autograd::record("max_pool2d", {x}, flat ? std::vector<Tensor>{y, idx} : std::vector<Tensor>{y},
+                   [idx, s, p, dt, fmt](const std::vector<Tensor>& g) {
+                     Tensor gy;
+                     Tensor gx = cuda_input_grad(g[0], s, dt, fmt, gy);
+                     backend::cuda::max_pool2d_backward(gx, gy, idx, p);
+                     return std::vector<Tensor>{gx};
+                   });
+  return {y, flat ? idx : Tensor()};
+}
+
+Tensor avg_pool_cuda(const Tensor& x, const PoolShape& s, bool cip) {
+  const DType dt = x.dtype();
+  const MemoryFormat fmt = x.suggest_memory_format();
+  const backend::cuda::PoolParams p = cuda_params(s);
+  Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, fmt, x.options());
+  backend::cuda::avg_pool2d_forward(y, x.detach(), p, cip);
+  autograd::record("avg_pool2d", {x}, {y}, [s, p, dt, fmt, cip](const std::vector<Tensor>& g) {
+    Tensor gy;
+    Tensor gx = cuda_input_grad(g[0], s, dt, fmt, gy);
+    backend::cuda::avg_pool2d_backward(gx, gy, p, cip);
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+Tensor adaptive_avg_pool_cuda(const Tensor& x, const PoolShape& s) {
+  const DType dt = x.dtype();
+  const MemoryFormat fmt = x.suggest_memory_format();
+  Tensor y = empty({s.N, s.C, s.Ho, s.Wo}, fmt, x.options());
+  backend::cuda::adaptive_avg_pool2d_forward(y, x.detach());
+  autograd::record("adaptive_avg_pool2d", {x}, {y}, [s, dt, fmt](const std::vector<Tensor>& g) {
+    Tensor gy;
+    Tensor gx = cuda_input_grad(g[0], s, dt, fmt, gy);
+    backend::cuda::adaptive_avg_pool2d_backward(gx, gy);
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
 enum class Kind { Avg, Adaptive };
 
 // Shared backward of the average pools: gy -> gx in the input's dtype and format.
@@ -417,6 +483,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
     return {y.squeeze(0), i.squeeze(0)};
   }
   const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
+  if (x.device().is_cuda()) return max_pool_cuda(x, s, true);
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xc = prepared(x, ct);
@@ -449,6 +516,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
   if (!x.defined() || x.dim() != 4)
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
   const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
+  if (x.device().is_cuda()) return max_pool_cuda(x, s, false).first;
   if (!is_k2s2(s))
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
   const DType dt = x.dtype(), ct = compute_type(dt);
@@ -485,6 +553,7 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
     return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad)
         .squeeze(0);
   const PoolShape s = window_shape("avg_pool2d", x, kernel, stride, padding, 1, ceil_mode);
+  if (x.device().is_cuda()) return avg_pool_cuda(x, s, count_include_pad);
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xc = prepared(x, ct);
@@ -512,6 +581,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
                 " has an empty spatial dim");
   const PoolShape s{x.size(0),     x.size(1), x.size(2), x.size(3), output_size.h,
                     output_size.w, 1,         1,         0,         1};
+  if (x.device().is_cuda()) return adaptive_avg_pool_cuda(x, s);
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xc = prepared(x, ct);
