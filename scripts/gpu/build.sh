@@ -7,6 +7,10 @@
 #   bash scripts/gpu/build.sh --all           # everything (the CPU test binaries too, for ctest)
 #   bash scripts/gpu/build.sh --target NAME   # NAME instead (repeatable)
 #   bash scripts/gpu/build.sh --examples      # configure with the examples and tools on
+#   bash scripts/gpu/build.sh --jpeg --target dataloader
+#                                             # JPEG on (needs fetch_deps.sh libturbojpeg0
+#                                             # libturbojpeg0-dev libjpeg62-turbo
+#                                             # libjpeg62-turbo-dev run here first)
 #   bash scripts/gpu/build.sh --configure-only
 #   bash scripts/gpu/build.sh --env-only      # only find the libraries and write env.sh (for
 #                                             # binaries built elsewhere and carried here)
@@ -27,6 +31,7 @@ prefix=$root/.gpu-prefix
 targets=()
 all=0
 examples=OFF
+jpeg=OFF
 configure_only=0
 env_only=0
 while (($#)); do
@@ -34,6 +39,7 @@ while (($#)); do
     --all) all=1 ;;
     --target) targets+=("$2"); shift ;;
     --examples) examples=ON ;;
+    --jpeg) jpeg=ON ;;
     --configure-only) configure_only=1 ;;
     --env-only) env_only=1 ;;
     -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
@@ -153,6 +159,8 @@ fi
 # Runtime search path for libraries not in the loader's default dirs; test.sh/bench.sh source it.
 # The toolkit's own lib dirs come last (cudart, cuBLAS: binaries built on another machine carry
 # that machine's RUNPATH).
+# --jpeg: libturbojpeg/libjpeg unpacked from .debs/gpu (fetch_deps.sh libturbojpeg0 ...).
+[[ $jpeg == ON ]] && ld_dirs+=("$prefix/usr/lib/x86_64-linux-gnu")
 for d in "$cuda_root/lib64" "$cuda_root/lib" "$cuda_root/targets/x86_64-linux/lib"; do
   [[ -d $d ]] && ld_dirs+=("$(readlink -f "$d")")
 done
@@ -172,7 +180,7 @@ fi
 command -v cmake > /dev/null || die "cmake not found"
 cmake_args=(-S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA=ON
   -DDLTRAIN_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_COMPILER="$nvcc"
-  -DDLTRAIN_HDF5=OFF -DDLTRAIN_JPEG=OFF -DDLTRAIN_MPI=OFF
+  -DDLTRAIN_HDF5=OFF -DDLTRAIN_JPEG="$jpeg" -DDLTRAIN_MPI=OFF
   -DDLTRAIN_BUILD_EXAMPLES="$examples" -DDLTRAIN_BUILD_TOOLS="$examples"
   -DDLTRAIN_NATIVE="${NATIVE:-ON}"
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DCUDNN_ROOT="$shim"

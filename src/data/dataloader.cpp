@@ -8,6 +8,12 @@
 // whatever order the workers finish in. The destructor raises `stop`, wakes every
 // worker and joins them; a worker mid-batch finishes that batch first. The epoch number
 // is also snapshotted and handed to EpochDatasets with every batch.
+//
+// With persistent_workers the threads belong to the loader's Pool instead: begin() hands the
+// new Epoch to the pool, whose threads run Epoch::work() until that epoch is fully claimed or
+// stopped, then wait for the next one. The consumer's handle to the Epoch stops it (raises
+// `stop`) when the last iterator copy goes, so an abandoned epoch never holds the threads;
+// the Pool's destructor stops the current epoch and joins the threads.
 #include "dltrain/data/dataloader.hpp"
 
 #include <algorithm>
@@ -17,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/backend/cuda.hpp"
@@ -64,20 +71,23 @@ struct DataLoader::Epoch {
   int64_t delivered = 0;  // batches taken by the consumer so far
   int64_t capacity = 0;
   bool pin_memory = false;
+  bool async = false;  // batches come from worker threads (own or a Pool's)
   bool stop = false;
   std::map<int64_t, Slot> ready;
   std::vector<std::thread> workers;
 
   Epoch(std::shared_ptr<Dataset> ds, int64_t epoch, std::vector<std::vector<int64_t>> b,
-        int64_t num_workers, int64_t prefetch, bool pin, std::shared_ptr<LoaderStats> st)
+        int64_t num_workers, int64_t prefetch, bool pin, bool spawn,
+        std::shared_ptr<LoaderStats> st)
       : stats(std::move(st)),
         dataset(std::move(ds)),
         epoch_dataset(dynamic_cast<const EpochDataset*>(dataset.get())),
         epoch_number(epoch),
         batches(std::move(b)),
         capacity(num_workers * prefetch),
-        pin_memory(pin) {
-    if (num_workers == 0 || batches.empty()) return;
+        pin_memory(pin),
+        async(num_workers > 0) {
+    if (!spawn || num_workers == 0 || batches.empty()) return;
     try {
       for (int64_t w = 0; w < num_workers; ++w) workers.emplace_back([this] { work(); });
     } catch (...) {
@@ -87,12 +97,17 @@ struct DataLoader::Epoch {
   }
   ~Epoch() { shutdown(); }
 
-  void shutdown() {
+  void request_stop() {
     {
       std::lock_guard<std::mutex> lk(mu);
       stop = true;
     }
     work_cv.notify_all();
+    ready_cv.notify_all();
+  }
+
+  void shutdown() {
+    request_stop();
     for (auto& t : workers) t.join();
     workers.clear();
   }
@@ -149,15 +164,21 @@ struct DataLoader::Epoch {
 
   bool take_untimed(Batch& out) {
     const int64_t k = next++;
-    if (workers.empty()) {
+    if (!async) {
       out = build(k);
       return true;
     }
     Slot s;
     {
       std::unique_lock<std::mutex> lk(mu);
-      ready_cv.wait(lk, [&] { return ready.count(k) != 0; });
+      // A stopped epoch still receives the batches its workers had claimed; an unclaimed one
+      // never comes (persistent_workers: a newer begin() took the threads).
+      ready_cv.wait(lk, [&] { return ready.count(k) != 0 || (stop && k >= claimed); });
       auto it = ready.find(k);
+      DLTRAIN_CHECK(it != ready.end(),
+                    "DataLoader: this epoch's iteration was superseded by a newer begin() of the "
+                    "same loader (with persistent_workers the worker threads serve one epoch at "
+                    "a time); finish or drop the old iterator before starting another");
       s = std::move(it->second);
       ready.erase(it);
       delivered = k + 1;
@@ -166,6 +187,64 @@ struct DataLoader::Epoch {
     if (s.error) std::rethrow_exception(s.error);
     out = std::move(s.batch);
     return true;
+  }
+};
+
+struct DataLoader::Pool {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::shared_ptr<Epoch> epoch;  // the epoch being served
+  uint64_t generation = 0;       // bumped by every serve()
+  bool stop = false;
+  std::vector<std::thread> threads;
+
+  explicit Pool(int64_t n) {
+    try {
+      for (int64_t w = 0; w < n; ++w) threads.emplace_back([this] { run(); });
+    } catch (...) {
+      close();
+      throw;
+    }
+  }
+  ~Pool() { close(); }
+
+  void close() {
+    std::shared_ptr<Epoch> e;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+      e = std::move(epoch);
+    }
+    if (e) e->request_stop();
+    cv.notify_all();
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+
+  void serve(std::shared_ptr<Epoch> e) {
+    std::shared_ptr<Epoch> previous;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      previous = std::exchange(epoch, std::move(e));
+      ++generation;
+    }
+    if (previous) previous->request_stop();
+    cv.notify_all();
+  }
+
+  void run() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::shared_ptr<Epoch> e;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return stop || generation != seen; });
+        if (stop) return;
+        seen = generation;
+        e = epoch;
+      }
+      if (e) e->work();
+    }
   }
 };
 
@@ -186,6 +265,9 @@ void check_options(const std::shared_ptr<Dataset>& dataset, const DataLoaderOpti
                 "DataLoader: pin_memory needs a CUDA device and none is visible",
                 cuda::device_count() == 0 ? " (no GPU or driver on this machine)" : "",
                 "; set pin_memory = false");
+  DLTRAIN_CHECK(!o.persistent_workers || o.num_workers > 0,
+                "DataLoader: persistent_workers needs num_workers > 0 (there are no worker "
+                "threads to keep); set num_workers or drop persistent_workers");
 }
 
 std::shared_ptr<Sampler> default_sampler(const std::shared_ptr<Dataset>& dataset,
@@ -240,9 +322,18 @@ DataLoader::Iterator DataLoader::begin() const {
   auto batches = batch_indices();
   batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));
   *stats_ = LoaderStats{};
-  return Iterator(std::make_shared<Epoch>(dataset_, sampler_->epoch(), std::move(batches),
-                                          options_.num_workers, options_.prefetch_factor,
-                                          options_.pin_memory, stats_));
+  const bool persistent = options_.persistent_workers && options_.num_workers > 0;
+  auto epoch = std::make_shared<Epoch>(dataset_, sampler_->epoch(), std::move(batches),
+                                       options_.num_workers, options_.prefetch_factor,
+                                       options_.pin_memory, /*spawn=*/!persistent, stats_);
+  if (!persistent) return Iterator(std::move(epoch));
+  if (!pool_.pool) pool_.pool = std::make_shared<Pool>(options_.num_workers);
+  pool_.pool->serve(epoch);
+  // The consumer's handle: when its last copy goes, the epoch stops (the pool lets go of it
+  // at the next serve()).
+  Epoch* raw = epoch.get();
+  return Iterator(
+      std::shared_ptr<Epoch>(raw, [keep = std::move(epoch)](Epoch*) { keep->request_stop(); }));
 }
 
 DataLoader::Iterator::Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)) { ++*this; }

@@ -75,6 +75,10 @@ struct DataLoaderOptions {
   /// there on the worker that built the batch), so that `to(device, true)` and
   /// DevicePrefetcher copy them to the GPU asynchronously. Needs a CUDA device.
   bool pin_memory = false;
+  /// Keep the worker threads alive from one epoch to the next (with whatever per-thread state
+  /// the dataset keeps, such as open shard files) instead of starting num_workers threads at
+  /// every begin(). Needs num_workers > 0. The threads stop when the loader is destroyed.
+  bool persistent_workers = false;
 };
 
 /// How long the consumer waited for its batches during one epoch: the time spent inside the
@@ -93,6 +97,7 @@ struct LoaderStats {
 /// Batches of a Dataset in a Sampler's order. See the file comment.
 class DataLoader {
   struct Epoch;
+  struct Pool;
 
  public:
   /// Samples in order 0..N-1, or shuffled when options.shuffle. Throws dltrain::Error
@@ -162,6 +167,17 @@ class DataLoader {
   DataLoaderOptions options_;
   int64_t start_batch_ = 0;
   std::shared_ptr<LoaderStats> stats_ = std::make_shared<LoaderStats>();
+  // persistent_workers: the threads, started by the first begin(). Copies of a loader get
+  // their own (a copy starts without threads).
+  struct PoolHolder {
+    std::shared_ptr<Pool> pool;
+    PoolHolder() = default;
+    PoolHolder(const PoolHolder&) {}
+    PoolHolder& operator=(const PoolHolder&) { return *this; }
+    PoolHolder(PoolHolder&&) = default;
+    PoolHolder& operator=(PoolHolder&&) = default;
+  };
+  mutable PoolHolder pool_;
 };
 
 }  // namespace dltrain::data
