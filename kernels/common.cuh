@@ -68,15 +68,9 @@ __host__ __device__ __forceinline__ To convert(From v) {
   } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
   } else if constexpr (std::is_same_v<To, __half>) {
-    if constexpr (std::is_same_v<From, double>)
-      return __double2half(v);
-    else
-      return __float2half(static_cast<float>(v));
+    return __float2half(static_cast<float>(v));  // f64 too: through float, as the CPU's cast
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
-    if constexpr (std::is_same_v<From, double>)
-      return __double2bfloat16(v);
-    else
-      return __float2bfloat16(static_cast<float>(v));
+    return __float2bfloat16(static_cast<float>(v));
   } else {
     return static_cast<To>(v);
   }

@@ -36,10 +36,10 @@ void fill(void* p, DType dtype, int64_t n, double value, Device device) {
       return launch<float>(p, n, static_cast<float>(value), d);
     case DType::f64:
       return launch<double>(p, n, value, d);
-    case DType::f16:
-      return launch<__half>(p, n, __double2half(value), d);
+    case DType::f16:  // through float, as the CPU's fill
+      return launch<__half>(p, n, __float2half(static_cast<float>(value)), d);
     case DType::bf16:
-      return launch<__nv_bfloat16>(p, n, __double2bfloat16(value), d);
+      return launch<__nv_bfloat16>(p, n, __float2bfloat16(static_cast<float>(value)), d);
     case DType::i32:
       return launch<int32_t>(p, n, static_cast<int32_t>(value), d);
     case DType::i64:

@@ -7,6 +7,7 @@
 //                 [--mom 0.9] [--seed 0] [--threads N] [--test] [--test-nsteps 50]
 //                 [--json PATH] [--checkpoint PATH [--resume]] [--device cpu|cuda[:N]]
 //                 [--num-workers N] [--prefetch-factor N] [--pin-memory] [--non-blocking]
+//                 [--persistent-workers]
 // On a GPU the chronometer synchronises the device at its marks (as the course's does) so
 // each phase is charged its own GPU time, and the peak device memory is reported.
 #include <algorithm>
@@ -49,6 +50,7 @@ struct Args {
   int64_t prefetch_factor = 2;
   bool pin_memory = false;
   bool non_blocking = false;
+  bool persistent_workers = false;
 };
 
 Device parse_device(const std::string& s) {
@@ -64,7 +66,7 @@ Device parse_device(const std::string& s) {
                "[--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] [--threads N] [--test] "
                "[--test-nsteps N] [--json PATH] [--checkpoint PATH [--resume]] "
                "[--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] [--pin-memory] "
-               "[--non-blocking]\n",
+               "[--non-blocking] [--persistent-workers]\n",
                msg);
   std::exit(2);
 }
@@ -114,6 +116,8 @@ Args parse(int argc, char** argv) {
         a.pin_memory = true;
       else if (k == "--non-blocking")
         a.non_blocking = true;
+      else if (k == "--persistent-workers")
+        a.persistent_workers = true;
       else if (k == "-h" || k == "--help")
         usage("help");
       else
@@ -211,6 +215,7 @@ int main(int argc, char** argv) {
     lo.num_workers = args.num_workers;
     lo.prefetch_factor = args.prefetch_factor;
     lo.pin_memory = args.pin_memory;
+    lo.persistent_workers = args.persistent_workers;
     data::DataLoader train_loader(train_set, lo);
     data::DataLoaderOptions to;
     to.batch_size = 1000;

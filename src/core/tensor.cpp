@@ -12,6 +12,7 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
+#include "src/backend/cuda/elementwise.hpp"
 
 namespace dltrain {
 
@@ -314,13 +315,17 @@ Tensor& Tensor::fill_(double value) {
   checked();
   DLTRAIN_CHECK(!(requires_grad() && is_leaf() && autograd::grad_mode_enabled()),
                 "fill_(): in-place change of a leaf that requires grad; wrap it in NoGradGuard");
-  if (device().is_cuda() && is_contiguous()) {
-    backend::cuda::fill(data_ptr(), dtype(), numel(), value, device());
-    return *this;
-  }
   if (device().is_cuda()) {
-    Tensor host = full(shape(), value, TensorOptions(dtype()));
-    copy_(host);
+    // Dense (contiguous or channels-last) tensors fill [data_ptr, data_ptr + numel) in one
+    // kernel; other layouts broadcast a 0-d device value through the strided copy kernel.
+    // Neither waits for the device.
+    if (is_contiguous() || (dim() == 4 && is_contiguous(MemoryFormat::ChannelsLast))) {
+      backend::cuda::fill(data_ptr(), dtype(), numel(), value, device());
+    } else {
+      Tensor v = empty({}, options());
+      backend::cuda::fill(v.data_ptr(), dtype(), 1, value, device());
+      backend::cuda::copy(*this, v);
+    }
     return *this;
   }
   dispatch_all(dtype(), [&]<class T>() {

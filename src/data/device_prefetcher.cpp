@@ -17,9 +17,26 @@ struct DevicePrefetcher::State {
   struct Staged {
     Batch host, dev;
     std::optional<cuda::Event> ready;
+    std::optional<cuda::Stream> alloc;  // the stream dev was allocated on (and is freed on)
   };
   std::optional<Staged> next;
   Batch current;
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  // A batch still staged (the consumer stopped early, or an error) must not be freed while
+  // its copy may run: its device tensors are freed on their allocation stream and its pinned
+  // host block is recycled after the work enqueued on the current stream, so both streams
+  // wait for the copy first.
+  ~State() {
+    if (!next) return;
+    try {
+      cuda::DeviceGuard dg(device.index);
+      release_next();
+    } catch (...) {  // a destructor does not throw; the CUDA error resurfaces on the next call
+    }
+  }
 
   static Tensor alloc_like(const Tensor& t, Device d) {
     if (!t.defined()) return t;
@@ -36,6 +53,7 @@ struct DevicePrefetcher::State {
     autograd::NoGradGuard no_grad;
     cuda::DeviceGuard dg(device.index);
     const cuda::Stream compute = cuda::current_stream(device.index);
+    s.alloc = compute;
     s.dev.data = alloc_like(s.host.data, device);  // allocated (and later freed) on compute
     s.dev.target = alloc_like(s.host.target, device);
     cuda::Event allocated;
@@ -61,13 +79,24 @@ struct DevicePrefetcher::State {
     }
     if (!next) return false;
     {
+      // The pinned host batch is released (next.reset) with this device current, so that
+      // its block's reuse is ordered after the compute stream's wait for the copy.
       cuda::DeviceGuard dg(device.index);
-      next->ready->wait(cuda::current_stream(device.index));
+      current = std::move(next->dev);
+      release_next();
     }
-    current = std::move(next->dev);
-    next.reset();  // releases the pinned host batch after the compute stream's wait
     stage();
     return true;
+  }
+
+  // Makes the current stream (the consumer's) and the staged batch's allocation stream wait
+  // for its copy, then drops the staged batch (its host side, and its device side unless
+  // moved out). The staged device must be current.
+  void release_next() {
+    const cuda::Stream now = cuda::current_stream(device.index);
+    next->ready->wait(now);
+    if (!(*next->alloc == now)) next->ready->wait(*next->alloc);
+    next.reset();
   }
 };
 

@@ -290,9 +290,13 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, co
         const Tensor gy = (g[0].dtype() == meta.dtype ? g[0] : g[0].to(meta.dtype)).contiguous(fmt);
         ConvGrads r;
         if (meta.need_x) {
-          r.gx = empty({s.N, s.Cin, s.H, s.W}, fmt, opts);
-          backend::cuda::conv2d_backward_data(r.gx, gy, ws.contiguous(fmt), p);
-          if (meta.x_fmt != fmt) r.gx = r.gx.contiguous(meta.x_fmt);
+          if (s.Cout == 0) {  // no output channels (cuDNN rejects them): a zero gradient
+            r.gx = zeros({s.N, s.Cin, s.H, s.W}, opts);
+          } else {
+            r.gx = empty({s.N, s.Cin, s.H, s.W}, fmt, opts);
+            backend::cuda::conv2d_backward_data(r.gx, gy, ws.contiguous(fmt), p);
+          }
+          if (meta.x_fmt != r.gx.suggest_memory_format()) r.gx = r.gx.contiguous(meta.x_fmt);
         }
         if (meta.need_w) {
           if (s.N == 0) {

@@ -96,7 +96,9 @@ Tensor cuda_mm(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) 
 // rows of one GEMM with the bias as its epilogue.
 Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const int64_t in = weight.size(1), out_features = weight.size(0);
-  const Tensor x2 = x.detach().reshape({-1, in});
+  // Rows counted explicitly: reshape cannot infer a -1 next to a 0 (in or out_features of 0).
+  const int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  const Tensor x2 = x.detach().reshape({rows, in});
   const Tensor w = weight.detach();
   Tensor y2 = cuda_mm(x2, w.t(), bias.defined() ? bias.detach() : Tensor());
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
@@ -106,9 +108,9 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              rb = bias.defined() && bias.requires_grad();
   autograd::record("linear", {x, weight, bias}, {y},
                    [xs = rw ? x2 : Tensor(), ws = rx ? w : Tensor(), x_shape = x.shape(), rx, rw,
-                    rb, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
+                    rb, rows, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
                      const Tensor gy = g[0].dtype() == dt ? g[0] : g[0].to(dt);
-                     const Tensor g2 = gy.reshape({-1, out_features});
+                     const Tensor g2 = gy.reshape({rows, out_features});
                      Tensor gx, gw, gb;
                      if (rx) gx = cuda_mm(g2, ws).view(x_shape);
                      if (rw) gw = cuda_mm(g2.t(), xs);

@@ -1,4 +1,5 @@
-// CUDA runtime: host<->device copies and the fill kernel against the CPU.
+// CUDA runtime: host<->device copies (dense, strided, broadcast, converting), the fill kernel
+// against the CPU, streams and their guards, events, memory statistics and pinned blocks.
 // GPU-only: without a GPU, tests/cuda/main.cpp makes every test exit with ctest's
 // skip code (4), so ctest lists them as "Skipped", never as passed.
 #include <catch2/catch.hpp>
@@ -28,7 +29,92 @@ TEST_CASE("non-contiguous CUDA tensors copy to the host and convert dtype", "[cu
   REQUIRE_FALSE(view.is_contiguous());
   Tensor want = x.t().slice(0, 1, 7, 2).contiguous();
   REQUIRE(view.to(Device::cpu()).to_vector<float>() == want.to_vector<float>());
-  Tensor half_dev = empty({4, 6}, TensorOptions(DType::f64).with_device(Device::cuda(0)));
-  half_dev.copy_(view.contiguous());  // dtype change on the device path
-  REQUIRE(allclose(half_dev.to(Device::cpu()), want.to(DType::f64), 0, 0));
+  Tensor f64_dev = empty({3, 6}, TensorOptions(DType::f64).with_device(Device::cuda(0)));
+  f64_dev.copy_(view.contiguous());  // dtype change on the device path
+  REQUIRE(allclose(f64_dev.to(Device::cpu()), want.to(DType::f64), 0, 0));
+  f64_dev.copy_(view);  // dtype change from a strided, offset source
+  REQUIRE(allclose(f64_dev.to(Device::cpu()), want.to(DType::f64), 0, 0));
+}
+
+TEST_CASE("copies across devices with non-dense, broadcast and converting operands",
+          "[cuda][gpu]") {
+  const Device dev = Device::cuda(0);
+  const Tensor x = randn({4, 6, 5}, DType::f32);
+  // Host to a non-dense device destination (every other row of a taller tensor).
+  Tensor tall = zeros({4, 12, 5}, dev);
+  Tensor dst = tall.slice(1, 0, 12, 2);
+  dst.copy_(x);
+  REQUIRE(dst.to(Device::cpu()).to_vector<float>() == x.to_vector<float>());
+  REQUIRE(tall.slice(1, 1, 12, 2).to(Device::cpu()).to_vector<float>() ==
+          zeros({4, 6, 5}).to_vector<float>());
+  // A non-dense device source to a non-dense host destination.
+  Tensor host_tall = zeros({4, 12, 5});
+  host_tall.slice(1, 1, 12, 2).copy_(dst);
+  REQUIRE(host_tall.slice(1, 1, 12, 2).to_vector<float>() == x.to_vector<float>());
+  // A broadcast f64 source (on the host, then on the device) into a device f16 destination:
+  // converted through float on either side, as on the CPU, so the values are equal bit for bit.
+  const Tensor b = randn({6, 1}, DType::f64);
+  const Tensor want = b.to(DType::f16).expand({4, 6, 5});
+  Tensor h = empty({4, 6, 5}, TensorOptions(DType::f16).with_device(dev));
+  h.copy_(b);
+  REQUIRE(allclose(h.to(Device::cpu()), want, 0, 0));
+  h.fill_(0.0);
+  h.copy_(b.to(dev));
+  REQUIRE(allclose(h.to(Device::cpu()), want, 0, 0));
+  // A channels-last device tensor comes back channels-last with the same values.
+  const Tensor cl = randn({2, 3, 4, 5}).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor cl_back = cl.to(dev).to(Device::cpu());
+  REQUIRE(cl_back.is_contiguous(MemoryFormat::ChannelsLast));
+  REQUIRE(cl_back.to_vector<float>() == cl.to_vector<float>());
+}
+
+TEST_CASE("streams, stream and device guards, events and memory statistics", "[cuda][gpu]") {
+  const cuda::Stream compute = cuda::current_stream(0);
+  REQUIRE(compute == cuda::Stream::compute(0));
+  cuda::Stream side = cuda::Stream::create(0);  // outlives the tensors allocated on it
+  Tensor y;
+  {
+    cuda::StreamGuard g(side);
+    REQUIRE(cuda::current_stream(0) == side);
+    REQUIRE(cuda::current_device() == 0);
+    y = mul(ones({1 << 20}, Device::cuda(0)), 3.0);  // allocated and computed on `side`
+  }
+  REQUIRE(cuda::current_stream(0) == compute);  // the previous current stream is back
+  cuda::Event done;
+  done.record(side);
+  done.wait(compute);  // the compute stream reads y only after side's work
+  REQUIRE(sum(y).item<double>() == 3.0 * (1 << 20));
+  side.synchronize();
+  REQUIRE(side.query());
+
+  cuda::Event t0(true), t1(true);
+  t0.record();
+  Tensor z = exp(y);
+  t1.record();
+  t1.synchronize();
+  REQUIRE(t1.query());
+  REQUIRE(t0.elapsed_ms(t1) >= 0.0f);
+
+  {
+    cuda::DeviceGuard g(0);
+    REQUIRE(cuda::current_device() == 0);
+  }
+  REQUIRE_THROWS_WITH(cuda::DeviceGuard(cuda::device_count()), Catch::Contains("does not exist"));
+
+  cuda::synchronize();
+  const size_t before = cuda::memory_allocated();
+  {
+    Tensor big = empty({1 << 20}, Device::cuda(0));
+    REQUIRE(cuda::memory_allocated() == before + (size_t{1} << 22));
+    REQUIRE(cuda::max_memory_allocated() >= cuda::memory_allocated());
+    REQUIRE(cuda::memory_reserved() >= cuda::memory_allocated());
+  }
+  REQUIRE(cuda::memory_allocated() == before);
+  // Pinned blocks are recycled once their copies are done.
+  for (int k = 0; k < 3; ++k) {
+    Tensor p = randn({1000}).pin_memory();
+    Tensor d = p.to(Device::cuda(0), /*non_blocking=*/true);
+    REQUIRE(d.to_vector<float>() == p.to_vector<float>());
+  }
+  cuda::empty_cache();
 }

@@ -7,7 +7,8 @@
 // loader pins its batches: DataLoaderOptions::pin_memory), and records a "ready" event that
 // the compute stream waits on when the batch is delivered: the host never blocks on a copy.
 // The pinned host batch is released only after the compute stream has waited for the copy,
-// so its pinned block cannot be reused while the copy still reads it. Layouts and dtypes are
+// so its pinned block cannot be reused while the copy still reads it; a batch still staged
+// when the iteration ends early is released the same way. Layouts and dtypes are
 // kept (a u8 NHWC image batch stays u8: normalise it on the device with
 // data::to_float_batch). With a CPU device the loader's batches pass through unchanged.
 // One epoch per iteration, like the DataLoader; errors from the loader propagate.

@@ -22,6 +22,7 @@
 
 #include "dltrain/backend/cuda.hpp"
 #include "src/backend/cuda/dnn.hpp"
+#include "src/backend/cuda/elementwise.hpp"
 #include "src/backend/cuda/handles.hpp"
 #include "src/backend/cuda/lib_check.hpp"
 #include "src/backend/cuda/runtime.hpp"
@@ -365,22 +366,14 @@ void conv2d_forward(const Tensor& y, const Tensor& x0, const Tensor& w0, const T
         DLTRAIN_CUDNN_CHECK(cudnnConvolutionForward(
             h, one, e.x, x.data_ptr(), e.w, w.data_ptr(), e.conv,
             static_cast<cudnnConvolutionFwdAlgo_t>(e.algo), ws, wss, zero, e.y, y.data_ptr()));
-        if (bias.defined()) {
-          DLTRAIN_CHECK(bias.dtype() == y.dtype() && bias.numel() == g.K,
-                        "conv2d on CUDA: bias must be [", g.K, "] of dtype ", y.dtype());
-          const Tensor b = bias.contiguous();
-          cudnnTensorDescriptor_t bd = nullptr;
-          DLTRAIN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bd));
-          struct DescGuard {
-            cudnnTensorDescriptor_t d;
-            ~DescGuard() { cudnnDestroyTensorDescriptor(d); }
-          } bd_guard{bd};
-          DLTRAIN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW,
-                                                         cudnn_data_type(g.dtype, "conv2d"), 1,
-                                                         to_int(g.K, "C_out"), 1, 1));
-          DLTRAIN_CUDNN_CHECK(cudnnAddTensor(h, one, bd, b.data_ptr(), one, e.y, y.data_ptr()));
-        }
       });
+  if (bias.defined()) {
+    // y += bias broadcast over N, H, W: the elementwise kernel, in y's memory order (cuDNN's
+    // cudnnAddTensor is slow on NHWC and its bf16 support is not documented).
+    DLTRAIN_CHECK(bias.dtype() == y.dtype() && bias.numel() == g.K,
+                  "conv2d on CUDA: bias must be [", g.K, "] of dtype ", y.dtype());
+    binary(BinaryOp::Add, y, y, bias.reshape({1, g.K, 1, 1}));
+  }
 }
 
 void conv2d_backward_data(const Tensor& gx, const Tensor& gy0, const Tensor& w0,

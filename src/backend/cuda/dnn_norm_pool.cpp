@@ -6,6 +6,7 @@
 // nn::BatchNorm arrives here as momentum = 1 / num_batches_tracked). The per-channel tensors
 // are f32 (f64 for f64 inputs), as cuDNN requires; the caller converts. Descriptors are built
 // per call: a handful of host-side structs, cheaper than a cache lookup would save.
+#include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/backend/cuda/handles.hpp"
 #include "src/backend/cuda/lib_check.hpp"
@@ -82,6 +83,15 @@ struct Scalars {
 
 void* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
+// cuDNN rejects zero-sized dimensions: an empty input (N = 0 in evaluation, or C = 0) has
+// nothing to normalise and leaves the running statistics as they are, as on the CPU.
+bool empty_input(const Tensor& x) { return x.numel() == 0; }
+
+void check_eps(const char* op, double eps) {
+  DLTRAIN_CHECK(eps >= CUDNN_BN_MIN_EPSILON, op, " on CUDA: eps = ", eps,
+                " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
+}
+
 }  // namespace
 
 void batch_norm_forward_training(const Tensor& y, const Tensor& x, const Tensor& weight,
@@ -89,6 +99,8 @@ void batch_norm_forward_training(const Tensor& y, const Tensor& x, const Tensor&
                                  const Tensor& running_var, double momentum, double eps,
                                  const Tensor& save_mean, const Tensor& save_invstd) {
   const char* op = "batch_norm";
+  check_eps(op, eps);
+  if (empty_input(x)) return;
   BnDescs d;
   describe(op, d, {&x, &y},
            {&weight, &bias, &running_mean, &running_var, &save_mean, &save_invstd});
@@ -107,6 +119,8 @@ void batch_norm_forward_inference(const Tensor& y, const Tensor& x, const Tensor
                                   const Tensor& bias, const Tensor& running_mean,
                                   const Tensor& running_var, double eps) {
   const char* op = "batch_norm";
+  check_eps(op, eps);
+  if (empty_input(x)) return;
   BnDescs d;
   describe(op, d, {&x, &y}, {&weight, &bias, &running_mean, &running_var});
   const int dev = x.device().index;
@@ -121,6 +135,13 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
                          const Tensor& gy, const Tensor& x, const Tensor& weight,
                          const Tensor& save_mean, const Tensor& save_invstd, double eps) {
   const char* op = "batch_norm backward";
+  check_eps(op, eps);
+  if (empty_input(x)) {  // no values: zero parameter gradients
+    for (const Tensor* t : {&gweight, &gbias})
+      if (t->defined() && t->numel() > 0)
+        fill(t->data_ptr(), t->dtype(), t->numel(), 0.0, t->device());
+    return;
+  }
   BnDescs d;
   describe(op, d, {&x, &gy, &gx}, {&weight, &gweight, &gbias, &save_mean, &save_invstd});
   const int dev = x.device().index;

@@ -67,11 +67,12 @@ int resolve(int device) { return device < 0 ? dltrain::cuda::current_device() : 
 struct PinnedBlock {
   void* p;
   cudaEvent_t freed;  // recorded when the block came back; reuse waits for it
+  int device;         // the device of `freed` (an event records only on its device's streams)
 };
 struct PinnedPool {
   std::mutex mu;
   std::map<size_t, std::vector<PinnedBlock>> free;
-  std::vector<cudaEvent_t> spare_events;
+  std::map<int, std::vector<cudaEvent_t>> spare_events;  // per device
 };
 PinnedPool& pinned_pool() {
   static auto* p = new PinnedPool;  // never destroyed: blocks may come back during exit
@@ -157,7 +158,7 @@ std::shared_ptr<void> allocate_pinned(size_t nbytes) {
       for (size_t i = 0; i < list.size(); ++i) {
         if (cudaEventQuery(list[i].freed) != cudaSuccess) continue;
         p = list[i].p;
-        pool.spare_events.push_back(list[i].freed);
+        pool.spare_events[list[i].device].push_back(list[i].freed);
         list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
         break;
       }
@@ -174,20 +175,37 @@ std::shared_ptr<void> allocate_pinned(size_t nbytes) {
     }
   }
   return std::shared_ptr<void>(p, [cls](void* q) {
+    // The event marks the work enqueued on the current stream of the current device so far
+    // (the async copies that read or write this block). Nothing here may throw.
     PinnedPool& pool = pinned_pool();
     std::lock_guard<std::mutex> lock(pool.mu);
+    int dev = 0;
+    cudaStream_t s = nullptr;
+    try {
+      DLTRAIN_CUDA_CHECK(cudaGetDevice(&dev));
+      s = stream(dev);
+    } catch (...) {
+      (void)cudaGetLastError();
+      cudaFreeHost(q);  // no event to order a reuse with: give the block back instead
+      return;
+    }
+    auto& spare = pool.spare_events[dev];
     cudaEvent_t ev = nullptr;
-    if (!pool.spare_events.empty()) {
-      ev = pool.spare_events.back();
-      pool.spare_events.pop_back();
+    if (!spare.empty()) {
+      ev = spare.back();
+      spare.pop_back();
     } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
       cudaFreeHost(q);
       return;
     }
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaEventRecord(ev, stream(dev));
-    pool.free[cls].push_back({q, ev});
+    if (cudaEventRecord(ev, s) != cudaSuccess) {
+      (void)cudaGetLastError();
+      cudaEventDestroy(ev);
+      cudaFreeHost(q);
+      return;
+    }
+    pool.free[cls].push_back({q, ev, dev});
   });
 }
 
@@ -238,7 +256,8 @@ void synchronize(int device) {
 }
 
 DeviceGuard::DeviceGuard(int device) : previous_(current_device()) {
-  if (device != previous_) set_device(device);
+  bk::check_device(device);  // throws on a machine without devices too (current_device() is 0)
+  if (device != previous_) DLTRAIN_CUDA_CHECK(cudaSetDevice(device));
 }
 DeviceGuard::~DeviceGuard() {
   if (bk::device_count() > 0) cudaSetDevice(previous_);
