@@ -14,9 +14,11 @@
 // on the GPU receives.
 //
 //   dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] [--threads 1,2,N]
-//              [--epochs 3] [--json PATH]
+//              [--epochs 3] [--json PATH] [--fashion DIR]
 // Without --root a folder of --images Fashion-MNIST-based JPEGs (shorter side ~ --size,
-// so ~400 x 350 on average) is generated once under $TMPDIR and reused.
+// so ~400 x 350 on average) is generated once under $TMPDIR and reused; --fashion names the
+// Fashion-MNIST folder (default Debian's /usr/share/datasets/fashion-mnist; on the GPU
+// machine, a carried copy).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,7 +58,7 @@ std::vector<int> parse_threads(const std::string& s) {
   return out;
 }
 
-std::string generate(int64_t images, int64_t size) {
+std::string generate(int64_t images, int64_t size, const std::string& fashion) {
   const int64_t per_class = (images + 9) / 10;
   const fs::path dir =
       fs::temp_directory_path() /
@@ -67,7 +69,6 @@ std::string generate(int64_t images, int64_t size) {
   o.classes = 10;
   o.per_class = per_class;
   o.size = size;
-  const std::string fashion = "/usr/share/datasets/fashion-mnist";
   std::printf("generating %lld images (shorter side ~%lld) in %s ...\n",
               static_cast<long long>(per_class * 10), static_cast<long long>(size),
               dir.string().c_str());
@@ -204,6 +205,7 @@ void breakdown(const ImageFolder& ds, int64_t count) {
 
 int main(int argc, char** argv) {
   std::string root, json, threads_arg = "1,2,N";
+  std::string fashion = "/usr/share/datasets/fashion-mnist";
   int64_t images = 1000, size = 350, batch = 64;
   int epochs = 3;
   for (int i = 1; i < argc; ++i) {
@@ -227,12 +229,14 @@ int main(int argc, char** argv) {
       threads_arg = next();
     else if (k == "--epochs")
       epochs = std::stoi(next());
+    else if (k == "--fashion")
+      fashion = next();
     else if (k == "--json")
       json = next();
     else {
       std::fprintf(stderr,
                    "usage: dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] "
-                   "[--threads 1,2,N] [--epochs 3] [--json PATH]\n");
+                   "[--threads 1,2,N] [--epochs 3] [--json PATH] [--fashion DIR]\n");
       return 2;
     }
   }
@@ -243,7 +247,7 @@ int main(int argc, char** argv) {
                    "libturbojpeg0-dev and rebuild)\n");
       return 1;
     }
-    if (root.empty()) root = generate(images, size);
+    if (root.empty()) root = generate(images, size, fashion);
     auto ds = std::make_shared<ImageFolder>(root);  // ImagePipeline::train(224)
     std::printf(
         "ImageFolder %s: %lld images, %zu classes; batch %lld u8 NHWC [%lld, 224, "
