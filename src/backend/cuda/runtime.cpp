@@ -407,13 +407,4 @@ void empty_cache(int device) {
   pp.free.clear();
 }
 
-namespace {
-std::atomic<bool> g_tf32{true};
-std::atomic<bool> g_benchmark{false};
-}  // namespace
-void set_allow_tf32(bool allow) { g_tf32 = allow; }
-bool allow_tf32() { return g_tf32; }
-void set_cudnn_benchmark(bool on) { g_benchmark = on; }
-bool cudnn_benchmark() { return g_benchmark; }
-
 }  // namespace dltrain::cuda

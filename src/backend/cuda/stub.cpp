@@ -1,7 +1,6 @@
 // The CUDA runtime of a build without CUDA: zero devices, queries that answer 0, and a
 // clear error for anything that would need a device. The op families have their own
 // stub_*.cpp beside this file.
-#include <atomic>
 
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/error.hpp"
@@ -58,14 +57,5 @@ size_t max_memory_allocated(int) { return 0; }
 void reset_peak_memory_stats(int) {}
 size_t memory_reserved(int) { return 0; }
 void empty_cache(int) {}
-
-namespace {
-std::atomic<bool> g_tf32{true};
-std::atomic<bool> g_benchmark{false};
-}  // namespace
-void set_allow_tf32(bool allow) { g_tf32 = allow; }
-bool allow_tf32() { return g_tf32; }
-void set_cudnn_benchmark(bool on) { g_benchmark = on; }
-bool cudnn_benchmark() { return g_benchmark; }
 
 }  // namespace dltrain::cuda

@@ -1,0 +1,19 @@
+// The math switches of dltrain::cuda (TF32, cuDNN benchmark mode): plain flags, compiled in
+// every build (with or without CUDA), read by the cuBLASLt and cuDNN callers.
+#include <atomic>
+
+#include "dltrain/backend/cuda.hpp"
+
+namespace dltrain::cuda {
+
+namespace {
+std::atomic<bool> g_tf32{true};
+std::atomic<bool> g_benchmark{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_tf32 = allow; }
+bool allow_tf32() { return g_tf32; }
+void set_cudnn_benchmark(bool on) { g_benchmark = on; }
+bool cudnn_benchmark() { return g_benchmark; }
+
+}  // namespace dltrain::cuda
