@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
+using namespace dltrain::test;
 
 namespace {
 
@@ -64,22 +66,9 @@ Run run_on(Device dev, const Fn& f, const std::vector<Tensor>& inputs,
   return r;
 }
 
+// Every element within tol * max|reference| (dltrain::test::check_close with a norm bound).
 void require_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  double scale = 1e-30;
-  for (double v : w) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double err = std::abs(g[i] - w[i]);
-    if (!(err <= tol * scale)) {
-      std::ostringstream os;
-      os << what << ": element " << i << " is " << g[i] << " on CUDA but " << w[i]
-         << " on the CPU (error " << err << " > " << tol << " * max|ref| " << scale << ")";
-      FAIL(os.str());
-    }
-  }
+  check_close(got, want, 0, 0, what, tol);
 }
 
 // f on the CPU and on the GPU in dtype dt from the same inputs (rounded to dt; the CPU
@@ -87,7 +76,7 @@ void require_close(const Tensor& got, const Tensor& want, double tol, const std:
 void check(const std::string& name, const Fn& f, const std::vector<Tensor>& inputs, int n_out,
            DType dt, double tol) {
   std::vector<Tensor> in_dt, in_ref, gys_ref;
-  const DType ref_dt = (dt == DType::f16 || dt == DType::bf16) ? DType::f32 : dt;
+  const DType ref_dt = ref_dtype(dt);
   for (const Tensor& t : inputs) {
     in_dt.push_back(t.to(dt));
     in_ref.push_back(t.to(dt).to(ref_dt));

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
+using namespace dltrain::test;
 
 namespace {
 
@@ -79,29 +81,9 @@ Run run_on(Device dev, const Fn& f, const V& inputs, const V& gys) {
   return r;
 }
 
+// Every element within tol * max|reference| (dltrain::test::check_close with a norm bound).
 void require_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(got.shape() == want.shape());
-  if (!is_floating(want.dtype())) {
-    REQUIRE(got.dtype() == want.dtype());
-    REQUIRE(got.to_vector<int64_t>() == want.to_vector<int64_t>());
-    return;
-  }
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  double scale = 1e-30;
-  for (double v : w) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double err = std::abs(g[i] - w[i]);
-    const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-    const bool same_inf = std::isinf(w[i]) && g[i] == w[i];
-    if (!(err <= tol * scale) && !both_nan && !same_inf) {
-      std::ostringstream os;
-      os << what << ": element " << i << " is " << g[i] << " on CUDA but " << w[i]
-         << " on the CPU (error " << err << " > " << tol << " * max|ref| " << scale << ")";
-      FAIL(os.str());
-    }
-  }
+  check_close(got, want, 0, 0, what, tol);
 }
 
 double tol_for(DType dt) {
@@ -124,7 +106,7 @@ void check(const std::string& name, const Fn& f, const V& inputs, DType dt,
            std::vector<bool> convert = {}, double tol = -1) {
   if (convert.empty()) convert.assign(inputs.size(), true);
   if (tol < 0) tol = tol_for(dt);
-  const DType ref_dt = is_half(dt) ? DType::f32 : dt;
+  const DType ref_dt = ref_dtype(dt);
   V in_dt, in_ref;
   for (size_t i = 0; i < inputs.size(); ++i) {
     in_dt.push_back(convert[i] ? inputs[i].to(dt) : inputs[i]);

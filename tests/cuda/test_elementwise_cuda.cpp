@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
+using namespace dltrain::test;
 using Catch::Contains;
 
 namespace {
-
-const Device kCuda = Device::cuda(0);
 
 // Bounds for comparing a result in `dt` with the CPU reference.
 struct Tol {
@@ -42,67 +42,18 @@ Tol tol_for(DType dt) {
   }
 }
 
-// The dtype the CPU reference computes in: f32 for the 16-bit floats, else dt.
-DType ref_dtype(DType dt) { return dt == DType::f16 || dt == DType::bf16 ? DType::f32 : dt; }
-
-// Checks |got - want| <= atol + rtol * |want| + norm * max|want| element by element (NaN
-// matches NaN, equal infinities match) and reports the worst element. `norm` bounds errors
-// relative to the largest value, for 16-bit results summed from rounded terms that cancel.
-void check_close(const Tensor& got, const Tensor& want, double rtol, double atol,
-                 const std::string& what, double norm = 0) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(want.defined());
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  double max_abs = 0;
-  for (double v : w)
-    if (std::isfinite(v)) max_abs = std::max(max_abs, std::abs(v));
-  atol += norm * max_abs;
-  double worst = 0;
-  size_t at = 0;
-  bool ok = true;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]))) continue;
-    const double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
-    if (!(excess <= 0)) {
-      if (ok || excess > worst || std::isnan(excess)) {
-        worst = excess;
-        at = i;
-      }
-      ok = false;
-    }
-  }
-  std::ostringstream msg;
-  if (!ok) msg << "element " << at << ": got " << g[at] << ", want " << w[at];
-  INFO(msg.str());
-  CHECK(ok);
-}
 void check_close(const Tensor& got, const Tensor& want, Tol t, const std::string& what,
                  double norm = 0) {
-  check_close(got, want, t.rtol, t.atol, what, norm);
+  dltrain::test::check_close(got, want, t.rtol, t.atol, what, norm);
 }
 // The `norm` bound for gradients of dt that went through sums of rounded terms.
 double grad_norm(DType dt) { return dt == DType::f16 ? 1e-2 : (dt == DType::bf16 ? 4e-2 : 0.0); }
-
-std::string dt_str(DType dt) {
-  std::ostringstream os;
-  os << dt;
-  return os.str();
-}
 
 // Random input in dt (CPU); `positive` maps it into [0.1, ~4).
 Tensor input(const Shape& shape, DType dt, bool positive = false) {
   Tensor x = randn(shape, DType::f32);
   if (positive) x = add(abs(x), 0.1);
   return x.to(dt);
-}
-
-// A fresh leaf that requires grad: t's values in dt on dev (t itself is left untouched).
-Tensor leaf(const Tensor& t, DType dt, Device dev) {
-  Tensor r = t.detach().to(dt).to(dev).detach();
-  r.requires_grad_();
-  return r;
 }
 
 using Unary = std::function<Tensor(const Tensor&)>;

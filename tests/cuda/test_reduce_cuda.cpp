@@ -16,49 +16,13 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
+using namespace dltrain::test;
 using Catch::Contains;
 
 namespace {
-
-const Device kCuda = Device::cuda(0);
-
-DType ref_dtype(DType dt) { return dt == DType::f16 || dt == DType::bf16 ? DType::f32 : dt; }
-
-std::string dt_str(DType dt) {
-  std::ostringstream os;
-  os << dt;
-  return os.str();
-}
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN matches NaN); reports the worst element.
-void check_close(const Tensor& got, const Tensor& want, double rtol, double atol,
-                 const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(want.defined());
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  double worst = 0;
-  size_t at = 0;
-  bool ok = true;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]))) continue;
-    const double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
-    if (!(excess <= 0)) {
-      if (ok || excess > worst || std::isnan(excess)) {
-        worst = excess;
-        at = i;
-      }
-      ok = false;
-    }
-  }
-  std::ostringstream msg;
-  if (!ok) msg << "element " << at << " of " << g.size() << ": got " << g[at] << ", want " << w[at];
-  INFO(msg.str());
-  CHECK(ok);
-}
 
 // Bounds for a sum of about n terms of magnitude ~1 in dt.
 struct Tol {
@@ -78,12 +42,6 @@ Tol sum_tol(DType dt, int64_t n) {
     default:
       return {0, 0};
   }
-}
-
-Tensor leaf(const Tensor& t, DType dt, Device dev) {
-  Tensor r = t.detach().to(dt).to(dev).detach();
-  r.requires_grad_();
-  return r;
 }
 
 // Random values: floats are N(0, 1) rounded to dt, integers uniform in [-50, 50) ([0, 2) bool).
