@@ -142,7 +142,11 @@ void Adam::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
   if (s.step == 0) {
     s.exp_avg = detail::zero_dense(empty_state_like(param));
     s.exp_avg_sq = detail::zero_dense(empty_state_like(param));
+  } else {
+    detail::match_param(s.exp_avg, param);
+    detail::match_param(s.exp_avg_sq, param);
   }
+  detail::match_param(s.max_exp_avg_sq, param);
   if (amsgrad && !s.max_exp_avg_sq.defined())
     s.max_exp_avg_sq = detail::zero_dense(empty_state_like(param));
   s.step += 1;

@@ -52,6 +52,19 @@ inline bool same_layout(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+/// Keeps an optimizer buffer of `param` in param's current dtype, device and layout: the fused
+/// passes address both with one flat offset, and Module::to(dtype|device|format) converts a
+/// parameter in place (same TensorImpl) after its buffers may have been made. A buffer that
+/// no longer matches is replaced by a converted copy (logical values kept).
+inline void match_param(Tensor& state, const Tensor& param) {
+  if (!state.defined() || (state.dtype() == param.dtype() && state.device() == param.device() &&
+                           same_layout(param, state)))
+    return;
+  Tensor t = empty_strided(param.shape(), param.strides(), param.options());
+  t.copy_(state);
+  state = t;
+}
+
 /// Zero-fills a dense tensor in place and returns it; a CUDA one with one fill over its
 /// memory whatever its layout (Tensor::fill_ would go through the host for a non-contiguous
 /// layout such as channels-last).

@@ -93,6 +93,7 @@ void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor
   if (static_cast<int64_t>(momentum_buffer_.size()) <= i) momentum_buffer_.resize(i + 1);
   const double momentum = *group.momentum;
   Tensor& buf = momentum_buffer_[i];
+  detail::match_param(buf, param);
   bool first = false;
   if (momentum != 0.0 && !buf.defined()) {
     buf = empty_state_like(param);

@@ -26,10 +26,12 @@ Tol tol_for(DType dt) {
   switch (dt) {
     case DType::f64:
       return {1e-12, 1e-12};
-    case DType::f16:  // repeated indices add in another order: a few ulps
-      return {5e-3, 5e-3};
+    // Repeated indices add in another order, each addition rounding to the element type: a
+    // sum of ~7 values of magnitude ~2 may differ by ~5 ulps (atol sized for sums near 0).
+    case DType::f16:
+      return {5e-3, 1e-2};
     case DType::bf16:
-      return {2e-2, 4e-2};
+      return {2e-2, 8e-2};
     case DType::f32:
       return {1e-5, 1e-6};
     default:
@@ -110,9 +112,9 @@ TEST_CASE("index_select on CUDA matches the CPU", "[cuda][gpu]") {
       require_close(x.gpu.grad(), x.cpu.grad(), tol_for(dt), what.str() + " backward");
     }
   }
-  // int32 indices and a non-contiguous input.
+  // int32 indices and a non-contiguous input (base.t() is [9, 8]: dim 1 has 8 entries).
   Tensor base = randn({8, 9}, DType::f64).to(DType::f32);
-  Tensor i32 = from_vector(std::vector<int32_t>{8, 1, 3});
+  Tensor i32 = from_vector(std::vector<int32_t>{7, 1, 3});
   require_close(index_select(base.to(kDev).t(), 1, i32.to(kDev)), index_select(base.t(), 1, i32),
                 tol_for(DType::f32), "int32 index, transposed input");
 }
@@ -151,9 +153,9 @@ TEST_CASE("gather and scatter_add on CUDA match the CPU", "[cuda][gpu]") {
       }
     }
   }
-  // A non-contiguous input to gather.
+  // A non-contiguous input to gather (base.t() is [6, 5]: indices along dim 1 are < 5).
   Tensor base = randn({5, 6}, DType::f64).to(DType::f32);
-  Tensor idx = randint(0, 6, {6, 3});
+  Tensor idx = randint(0, 5, {6, 3});
   require_close(gather(base.to(kDev).t(), 1, idx.to(kDev)), gather(base.t(), 1, idx),
                 tol_for(DType::f32), "gather on a transposed input");
 }

@@ -4,7 +4,8 @@
 // state dicts. The parameter sets span several kernel launches (more tensors than one table
 // holds, a tensor longer than one launch's blocks), mixed dtypes in a group, a channels-last
 // parameter, a gradient in another layout, and parameters skipped on some steps (their state
-// starts later, so per-tensor step counts and first-step flags differ within a launch).
+// starts later, so per-tensor step counts and first-step flags differ within a launch), and
+// buffers that follow a parameter Module::to moved to the GPU and made channels-last.
 // GPU-only: without a GPU, tests/cuda/main.cpp makes every test exit with ctest's skip code.
 #include <catch2/catch.hpp>
 
@@ -200,6 +201,49 @@ TEST_CASE("a CUDA optimizer resumes exactly from its state_dict", "[cuda][gpu]")
   b.step();
   for (size_t k = 0; k < resumed.size(); ++k)
     require_close(resumed[k], ps.gpu[k], 0.0, 0.0, "resumed param " + std::to_string(k));
+}
+
+TEST_CASE("optimizer state follows a parameter that Module::to moved and re-laid out",
+          "[cuda][gpu]") {
+  // Twin convolutions: `ref` steps on the CPU throughout; `moved` steps once on the CPU, is
+  // then moved to the GPU and made channels-last in place, and steps on. The optimizer's
+  // buffers must follow (device and layout), so both trajectories agree.
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+  const std::vector<std::pair<std::string, Make>> makers = {
+      {"SGD",
+       [](std::vector<Tensor> ps) {
+         return std::make_unique<optim::SGD>(std::move(ps),
+                                             optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+       }},
+      {"AdamW amsgrad",
+       [](std::vector<Tensor> ps) {
+         return std::make_unique<optim::AdamW>(std::move(ps),
+                                               optim::AdamWOptions{.lr = 1e-2, .amsgrad = true});
+       }},
+  };
+  for (const auto& [name, make] : makers) {
+    nn::Conv2d ref(3, 8, 3), moved(3, 8, 3);
+    moved.load_state_dict(ref.state_dict());
+    std::unique_ptr<optim::Optimizer> oref = make(ref.parameters()),
+                                      omov = make(moved.parameters());
+    for (int s = 0; s < 3; ++s) {
+      if (s == 1) {
+        moved.to(kDev);
+        moved.to(MemoryFormat::ChannelsLast);
+        REQUIRE(moved.weight.device() == kDev);
+      }
+      for (size_t k = 0; k < ref.parameters().size(); ++k) {
+        Tensor g = randn(ref.parameters()[k].shape(), DType::f64).to(DType::f32);
+        ref.parameters()[k].set_grad(g);
+        moved.parameters()[k].set_grad(g.to(moved.parameters()[k].device()));
+      }
+      oref->step();
+      omov->step();
+      for (size_t k = 0; k < ref.parameters().size(); ++k)
+        require_close(moved.parameters()[k], ref.parameters()[k], 1e-5, 1e-6,
+                      name + " step " + std::to_string(s) + " param " + std::to_string(k));
+    }
+  }
 }
 
 TEST_CASE("clip_grad_norm_ and clip_grad_value_ on CUDA match the CPU", "[cuda][gpu]") {
