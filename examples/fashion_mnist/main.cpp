@@ -25,9 +25,10 @@
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "examples/common/example_util.hpp"
 
 using namespace dltrain;
-using Clock = std::chrono::steady_clock;
+using namespace dltrain::examples;
 
 namespace {
 
@@ -52,13 +53,6 @@ struct Args {
   bool non_blocking = false;
   bool persistent_workers = false;
 };
-
-Device parse_device(const std::string& s) {
-  if (s == "cpu") return Device::cpu();
-  if (s == "cuda") return Device::cuda(0);
-  if (s.rfind("cuda:", 0) == 0) return Device::cuda(std::stoi(s.substr(5)));
-  throw std::invalid_argument(s);
-}
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
@@ -149,27 +143,6 @@ std::shared_ptr<nn::Sequential> make_model() {
       .push_back(std::make_shared<nn::Flatten>())
       .push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 10));
   return m;
-}
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// min / median / mean / std of a list of step times (seconds), the chronometer's summary.
-struct Stats {
-  double min = 0, median = 0, mean = 0, std = 0;
-};
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.min = v.front();
-  s.median = v[v.size() / 2];
-  for (double x : v) s.mean += x;
-  s.mean /= static_cast<double>(v.size());
-  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
-  s.std = std::sqrt(s.std / static_cast<double>(v.size()));
-  return s;
 }
 
 struct EpochReport {

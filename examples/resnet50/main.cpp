@@ -1,0 +1,364 @@
+// ResNet-50 on an ImageNet-style JPEG folder (DIR/train/<class>/*.JPEG, DIR/val/<class>/...),
+// in the shape of the IDRIS "Deep Learning Optimise" course script: the same flags,
+// CrossEntropy with label smoothing, SGD with momentum and a OneCycle schedule,
+// RandomResizedCrop + flip for training and Resize + CenterCrop for validation (decoded
+// straight into u8 NHWC batches by the loader's workers, normalised on the training device),
+// validation at each epoch end, a chronometer of per-step data / forward / backward+step times
+// (min, median, std; the GPU is synchronised at each mark), the peak device memory, printing
+// ten times per epoch, and a checkpoint at the end.
+//
+//   resnet50 --data DIR [--arch resnet50] [--batch-size 64] [--epochs 1] [--image-size 224]
+//            [--lr 0.1] [--wd 5e-5] [--mom 0.9] [--label-smoothing 0.1] [--seed 0]
+//            [--test] [--test-nsteps 50] [--num-workers 4] [--persistent-workers]
+//            [--pin-memory] [--non-blocking] [--prefetch-factor 2] [--no-drop-last]
+//            [--device cpu|cuda[:N]] [--channels-last] [--threads N] [--json PATH]
+//            [--checkpoint PATH]
+//
+// On a GPU, --non-blocking copies each batch on a side stream while the previous step
+// computes (data::DevicePrefetcher); without it the copy is synchronous. Make an
+// ImageNet-shaped folder on any machine with tools/dltrain-make-images (train and --val).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dltrain/dltrain.hpp"
+#include "dltrain/io/checkpoint.hpp"
+#include "examples/common/example_util.hpp"
+
+using namespace dltrain;
+using namespace dltrain::examples;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Args {
+  std::string data;
+  std::string arch = "resnet50";
+  int64_t batch_size = 64;
+  int64_t epochs = 1;
+  int64_t image_size = 224;
+  double lr = 0.1;
+  double wd = 5e-5;
+  double mom = 0.9;
+  double label_smoothing = 0.1;
+  uint64_t seed = 0;
+  bool test = false;
+  int64_t test_nsteps = 50;
+  int64_t num_workers = 4;
+  bool persistent_workers = false;
+  bool pin_memory = false;
+  bool non_blocking = false;
+  int64_t prefetch_factor = 2;
+  bool drop_last = true;
+  std::string device = "cpu";
+  bool channels_last = false;
+  int threads = 0;
+  std::string json;
+  std::string checkpoint;
+};
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr,
+               "resnet50: %s\nusage: resnet50 --data DIR [--arch resnet50] [--batch-size N] "
+               "[--epochs N] [--image-size N] [--lr X] [--wd X] [--mom X] "
+               "[--label-smoothing X] [--seed N] [--test] [--test-nsteps N] [--num-workers N] "
+               "[--persistent-workers] [--pin-memory] [--non-blocking] [--prefetch-factor N] "
+               "[--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] [--threads N] "
+               "[--json PATH] [--checkpoint PATH]\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + k);
+      return argv[++i];
+    };
+    try {
+      if (k == "--data")
+        a.data = val();
+      else if (k == "--arch")
+        a.arch = val();
+      else if (k == "--batch-size")
+        a.batch_size = std::stoll(val());
+      else if (k == "--epochs")
+        a.epochs = std::stoll(val());
+      else if (k == "--image-size")
+        a.image_size = std::stoll(val());
+      else if (k == "--lr")
+        a.lr = std::stod(val());
+      else if (k == "--wd")
+        a.wd = std::stod(val());
+      else if (k == "--mom")
+        a.mom = std::stod(val());
+      else if (k == "--label-smoothing")
+        a.label_smoothing = std::stod(val());
+      else if (k == "--seed")
+        a.seed = std::stoull(val());
+      else if (k == "--test")
+        a.test = true;
+      else if (k == "--test-nsteps")
+        a.test_nsteps = std::stoll(val());
+      else if (k == "--num-workers")
+        a.num_workers = std::stoll(val());
+      else if (k == "--persistent-workers")
+        a.persistent_workers = true;
+      else if (k == "--pin-memory")
+        a.pin_memory = true;
+      else if (k == "--non-blocking")
+        a.non_blocking = true;
+      else if (k == "--prefetch-factor")
+        a.prefetch_factor = std::stoll(val());
+      else if (k == "--no-drop-last")
+        a.drop_last = false;
+      else if (k == "--drop-last")
+        a.drop_last = true;
+      else if (k == "--device")
+        a.device = val();
+      else if (k == "--channels-last")
+        a.channels_last = true;
+      else if (k == "--threads")
+        a.threads = std::stoi(val());
+      else if (k == "--json")
+        a.json = val();
+      else if (k == "--checkpoint")
+        a.checkpoint = val();
+      else if (k == "-h" || k == "--help")
+        usage("help");
+      else
+        usage("unknown flag " + k);
+    } catch (const std::logic_error&) {
+      usage("bad value for " + k);
+    }
+  }
+  if (a.data.empty()) usage("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
+  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0 || a.image_size <= 0)
+    usage("--batch-size, --epochs, --test-nsteps and --image-size must be positive");
+  return a;
+}
+
+struct EpochReport {
+  int64_t epoch;
+  double train_time, throughput, train_loss, val_time, val_acc;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  try {
+    if (args.threads > 0) set_num_threads(args.threads);
+    manual_seed(args.seed);
+    Device device;
+    try {
+      device = parse_device(args.device);
+    } catch (const std::exception&) {
+      usage("bad value for --device: " + args.device + " (cpu, cuda or cuda:N)");
+    }
+    const bool gpu = device.is_cuda();
+    if (gpu) cuda::set_device(device.index);
+    auto mark = [gpu] {
+      if (gpu) cuda::synchronize();
+      return Clock::now();
+    };
+    const MemoryFormat fmt =
+        args.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+
+    // Data: workers decode + augment into u8 NHWC; normalisation happens on `device`.
+    const fs::path root(args.data);
+    data::ImageFolderOptions train_opts;
+    train_opts.transform = data::ImagePipeline::train(args.image_size);
+    train_opts.seed = args.seed;
+    auto train_set = std::make_shared<data::ImageFolder>((root / "train").string(), train_opts);
+    std::shared_ptr<data::ImageFolder> val_set;
+    if (fs::is_directory(root / "val")) {
+      data::ImageFolderOptions val_opts;
+      val_opts.transform = data::ImagePipeline::eval(args.image_size * 256 / 224, args.image_size);
+      val_set = std::make_shared<data::ImageFolder>((root / "val").string(), val_opts);
+    }
+    data::DataLoaderOptions lo;
+    lo.batch_size = args.batch_size;
+    lo.shuffle = true;
+    lo.drop_last = args.drop_last;
+    lo.seed = args.seed;
+    lo.num_workers = args.num_workers;
+    lo.prefetch_factor = args.prefetch_factor;
+    lo.pin_memory = args.pin_memory;
+    lo.persistent_workers = args.persistent_workers;
+    data::DataLoader train_loader(train_set, lo);
+    std::shared_ptr<data::DataLoader> val_loader;
+    if (val_set) {
+      data::DataLoaderOptions vo = lo;
+      vo.shuffle = false;
+      vo.drop_last = false;
+      val_loader = std::make_shared<data::DataLoader>(val_set, vo);
+    }
+    std::printf(
+        "%s: %lld training images in %zu classes, %s validation images; batch %lld, "
+        "%lld workers, device %s%s\n",
+        args.data.c_str(), static_cast<long long>(train_set->size()), train_set->classes().size(),
+        val_set ? std::to_string(val_set->size()).c_str() : "no",
+        static_cast<long long>(args.batch_size), static_cast<long long>(args.num_workers),
+        device.str().c_str(), args.channels_last ? ", channels-last" : "");
+
+    // Runs fn(images, labels) on each batch of `loader` moved to the device and normalised;
+    // fn returns false to stop. With --non-blocking on a GPU the copy overlaps the previous
+    // step (DevicePrefetcher); otherwise it is synchronous.
+    auto for_each_batch = [&](const data::DataLoader& loader,
+                              const std::function<bool(const Tensor&, const Tensor&)>& fn) {
+      auto run = [&](const data::Batch& b) {
+        const Tensor x = data::to_float_batch(b.data, data::kImageNetMean, data::kImageNetStd, fmt);
+        return fn(x, b.target);
+      };
+      if (gpu && args.non_blocking) {
+        for (const data::Batch& b : data::DevicePrefetcher(loader, device))
+          if (!run(b)) return;
+      } else {
+        for (const data::Batch& hb : loader)
+          if (!run({hb.data.to(device), hb.target.to(device)})) return;
+      }
+    };
+
+    models::ResNetOptions mo;
+    mo.num_classes = static_cast<int64_t>(train_set->classes().size());
+    auto model = models::resnet(args.arch, mo);
+    model->to(device);
+    model->to(fmt);
+    std::printf("model: %s, %lld parameters\n", args.arch.c_str(),
+                static_cast<long long>(model->num_parameters()));
+    optim::SGD opt(model->parameters(),
+                   {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd});
+    const int64_t steps_per_epoch = train_loader.size();
+    const int64_t total_steps = args.test ? args.test_nsteps : steps_per_epoch * args.epochs;
+    optim::OneCycleLR sched(opt, args.lr, total_steps);
+    nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
+
+    std::vector<double> t_data, t_fwd, t_bwd;
+    std::vector<EpochReport> reports;
+    int64_t step = 0;
+    bool done = false;
+    for (int64_t epoch = 0; epoch < args.epochs && !done; ++epoch) {
+      model->train();
+      train_loader.set_epoch(epoch);
+      // Summed on the device: reading a loss synchronises, so only printed steps read theirs.
+      Tensor loss_sum = zeros({}, TensorOptions(DType::f32).with_device(device));
+      int64_t seen = 0, nb = 0;
+      const auto t_epoch = mark();
+      auto t0 = t_epoch;
+      for_each_batch(train_loader, [&](const Tensor& x, const Tensor& y) {
+        const auto t1 = mark();
+        Tensor loss = criterion(model->forward(x), y);
+        const auto t2 = mark();
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        sched.step();
+        const auto t3 = mark();
+        t_data.push_back(seconds(t0, t1));
+        t_fwd.push_back(seconds(t1, t2));
+        t_bwd.push_back(seconds(t2, t3));
+        seen += x.size(0);
+        ++nb;
+        ++step;
+        const bool report = nb % std::max<int64_t>(1, steps_per_epoch / 10) == 0 || args.test;
+        loss_sum = add(loss_sum, loss.detach());
+        if (report) {
+          const double l = loss.item<double>();
+          std::printf("  epoch %lld step %lld/%lld loss %.4f lr %.4f\n",
+                      static_cast<long long>(epoch + 1), static_cast<long long>(nb),
+                      static_cast<long long>(steps_per_epoch), l, sched.get_last_lr()[0]);
+          std::fflush(stdout);
+        }
+        if (args.test && step >= args.test_nsteps) {
+          done = true;
+          return false;
+        }
+        t0 = mark();
+        return true;
+      });
+      const double train_time = seconds(t_epoch, mark());
+
+      double val_acc = -1, val_time = 0;
+      if (val_loader) {
+        model->eval();
+        NoGradGuard ng;
+        const auto v0 = mark();
+        int64_t correct = 0, total = 0;
+        Tensor hits = zeros({}, TensorOptions(DType::i64).with_device(device));
+        for_each_batch(*val_loader, [&](const Tensor& x, const Tensor& y) {
+          hits = add(hits, sum(eq(argmax(model->forward(x), 1), y).to(DType::i64)));
+          total += x.size(0);
+          return true;
+        });
+        correct = hits.item<int64_t>();
+        val_time = seconds(v0, mark());
+        val_acc = 100.0 * static_cast<double>(correct) / static_cast<double>(total);
+      }
+      const EpochReport r{epoch + 1,
+                          train_time,
+                          static_cast<double>(seen) / train_time,
+                          nb ? loss_sum.item<double>() / static_cast<double>(nb) : 0.0,
+                          val_time,
+                          val_acc};
+      reports.push_back(r);
+      std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
+                  static_cast<long long>(r.epoch), static_cast<long long>(args.epochs),
+                  r.train_time, r.throughput, r.train_loss);
+      if (val_loader)
+        std::printf("  val %.1f s  val acc %.2f%%\n", r.val_time, r.val_acc);
+      else
+        std::printf("  (no val/ folder)\n");
+      std::fflush(stdout);
+    }
+
+    const Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
+    std::printf("chronometer over %zu steps (ms): %-18s %8s %8s %8s\n", t_fwd.size(), "", "min",
+                "median", "std");
+    auto row = [](const char* name, const Stats& s) {
+      std::printf("  %-44s %8.2f %8.2f %8.2f\n", name, 1e3 * s.min, 1e3 * s.median, 1e3 * s.std);
+    };
+    row("data loading (+ copy and normalise)", sd);
+    row("forward (incl. loss)", sf);
+    row("backward + optimizer step", sb);
+    if (gpu)
+      std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
+                  static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
+
+    if (!args.checkpoint.empty()) {
+      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, {args.epochs, step, 0},
+                          {{"example", "resnet50"}, {"arch", args.arch}});
+      std::printf("checkpoint: %s\n", args.checkpoint.c_str());
+    }
+    if (!args.json.empty()) {
+      std::ofstream js(args.json);
+      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
+      js << "{\n  \"framework\": \"dltrain\",\n  \"arch\": \"" << args.arch
+         << "\",\n  \"device\": \"" << device.str() << "\",\n  \"batch_size\": " << args.batch_size
+         << ",\n  \"image_size\": " << args.image_size << ",\n  \"steps\": " << t_fwd.size()
+         << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
+         << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
+         << "},\n  \"max_memory_allocated\": "
+         << (gpu ? cuda::max_memory_allocated(device.index) : 0) << ",\n  \"epochs\": [";
+      for (size_t i = 0; i < reports.size(); ++i) {
+        const auto& r = reports[i];
+        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
+           << ", \"train_s\": " << r.train_time << ", \"img_per_s\": " << r.throughput
+           << ", \"train_loss\": " << r.train_loss << ", \"val_s\": " << r.val_time
+           << ", \"val_acc\": " << r.val_acc << "}";
+      }
+      js << "\n  ]\n}\n";
+      std::printf("wrote %s\n", args.json.c_str());
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "resnet50: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
