@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
 
@@ -37,30 +38,8 @@ Tol tol_for(DType dt) {
 
 // Every element of `got` (any device) within atol + rtol * |want| of `want` (NaNs must match).
 void require_close(const Tensor& got, const Tensor& want, Tol tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(want.defined());
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<double> g = got.to(Device::cpu()).to_vector<double>();
-  const std::vector<double> w = want.to(Device::cpu()).to_vector<double>();
-  double worst = 0.0;
-  size_t at = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    double r = 0.0;
-    if (std::isnan(g[i]) || std::isnan(w[i])) {
-      r = std::isnan(g[i]) && std::isnan(w[i]) ? 0.0 : INFINITY;
-    } else if (g[i] != w[i]) {
-      r = std::fabs(g[i] - w[i]) / (tol.atol + tol.rtol * std::fabs(w[i]));
-    }
-    if (r > worst) {
-      worst = r;
-      at = i;
-    }
-  }
-  std::ostringstream msg;
-  if (!g.empty()) msg << "worst at " << at << ": got " << g[at] << ", want " << w[at];
-  INFO(msg.str());
-  CHECK(worst <= 1.0);
+  REQUIRE(got.dtype() == want.dtype());
+  dltrain::test::check_close(got, want, tol.rtol, tol.atol, what);
 }
 
 // A CPU leaf and its CUDA twin (same values), both requiring grad.

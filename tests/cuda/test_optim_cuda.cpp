@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
 
@@ -27,31 +28,8 @@ const Device kDev = Device::cuda(0);
 
 void require_close(const Tensor& got, const Tensor& want, double rtol, double atol,
                    const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(want.defined());
-  REQUIRE(got.shape() == want.shape());
   REQUIRE(got.dtype() == want.dtype());
-  const std::vector<double> g = got.to(Device::cpu()).to_vector<double>();
-  const std::vector<double> w = want.to(Device::cpu()).to_vector<double>();
-  double worst = 0.0;
-  size_t at = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    double r = 0.0;
-    if (g[i] != w[i]) {
-      r = std::isnan(g[i]) || std::isnan(w[i])
-              ? INFINITY
-              : std::fabs(g[i] - w[i]) / (atol + rtol * std::fabs(w[i]));
-    }
-    if (r > worst) {
-      worst = r;
-      at = i;
-    }
-  }
-  std::ostringstream msg;
-  if (!g.empty()) msg << "worst at " << at << ": got " << g[at] << ", want " << w[at];
-  INFO(msg.str());
-  CHECK(worst <= 1.0);
+  dltrain::test::check_close(got, want, rtol, atol, what);
 }
 
 struct Params {
