@@ -19,9 +19,10 @@
 #include "dltrain/dltrain.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "examples/common/example_util.hpp"
 
 using namespace dltrain;
-using Clock = std::chrono::steady_clock;
+using namespace dltrain::examples;
 
 namespace {
 
@@ -34,63 +35,22 @@ struct Args {
   int threads = 0;
 };
 
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "cifar10: %s\nusage: cifar10 --data DIR [--arch resnet18] [--batch-size N] "
-               "[--epochs N] [--lr X] [--wd X] [--mom X] [--label-smoothing X] "
-               "[--channels-last] [--seed N] [--threads N] [--test] [--test-nsteps N] "
-               "[--json PATH]\n",
-               msg.c_str());
-  std::exit(2);
-}
-
+// Parses the flags into an Args (exits with the usage line on a bad one).
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + k);
-      return argv[++i];
-    };
-    try {
-      if (k == "--data")
-        a.data = val();
-      else if (k == "--arch")
-        a.arch = val();
-      else if (k == "--batch-size")
-        a.batch_size = std::stoll(val());
-      else if (k == "--epochs")
-        a.epochs = std::stoll(val());
-      else if (k == "--lr")
-        a.lr = std::stod(val());
-      else if (k == "--wd")
-        a.wd = std::stod(val());
-      else if (k == "--mom")
-        a.mom = std::stod(val());
-      else if (k == "--label-smoothing")
-        a.label_smoothing = std::stod(val());
-      else if (k == "--channels-last")
-        a.channels_last = true;
-      else if (k == "--seed")
-        a.seed = std::stoull(val());
-      else if (k == "--threads")
-        a.threads = std::stoi(val());
-      else if (k == "--test")
-        a.test = true;
-      else if (k == "--test-nsteps")
-        a.test_nsteps = std::stoll(val());
-      else if (k == "--json")
-        a.json = val();
-      else
-        usage("unknown flag " + k);
-    } catch (const std::logic_error&) {
-      usage("bad value for " + k);
-    }
-  }
-  if (a.data.empty()) usage("--data DIR is required (the CIFAR-10 binary version)");
-  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0) {
-    usage("--batch-size, --epochs and --test-nsteps must be positive");
-  }
+  Flags f("cifar10",
+          "--data DIR [--arch resnet18] [--batch-size N] [--epochs N] [--lr X] "
+          "[--wd X] [--mom X] [--label-smoothing X] [--channels-last] [--seed N] "
+          "[--threads N] [--test] [--test-nsteps N] [--json PATH]");
+  f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
+  f.add("--epochs", &a.epochs).add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom);
+  f.add("--label-smoothing", &a.label_smoothing).add("--seed", &a.seed);
+  f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
+  f.add_switch("--channels-last", &a.channels_last).add_switch("--test", &a.test);
+  f.parse(argc, argv);
+  if (a.data.empty()) f.fail("--data DIR is required (the CIFAR-10 binary version)");
+  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
+    f.fail("--batch-size, --epochs and --test-nsteps must be positive");
   return a;
 }
 
@@ -123,10 +83,6 @@ Tensor augment(const Tensor& x, Generator& gen) {
     }
   });
   return out;
-}
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
 }
 
 }  // namespace

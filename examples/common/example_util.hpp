@@ -1,12 +1,19 @@
-// Helpers shared by the examples: the chronometer's statistics, wall-clock seconds and the
-// --device flag's parsing (header-only, no state).
+// Helpers shared by the examples: the chronometer's statistics, wall-clock seconds, the
+// --device flag's parsing and a small command-line parser (header-only).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "dltrain/core/device.hpp"
@@ -43,5 +50,67 @@ inline Device parse_device(const std::string& s) {
   if (s.rfind("cuda:", 0) == 0) return Device::cuda(std::stoi(s.substr(5)));
   throw std::invalid_argument(s);
 }
+
+/// Command-line flags bound to variables: `--name VALUE` for strings and numbers, `--name`
+/// alone for switches. Unknown flags, missing or malformed values print the message and the
+/// usage line to stderr and exit with code 2; -h/--help prints the usage.
+class Flags {
+ public:
+  Flags(std::string program, std::string usage)
+      : program_(std::move(program)), usage_(std::move(usage)) {}
+  template <class T>
+  Flags& add(const std::string& name, T* value) {
+    bound_[name] = value;
+    return *this;
+  }
+  /// A switch: its presence stores `set` into *value.
+  Flags& add_switch(const std::string& name, bool* value, bool set = true) {
+    switches_[name] = {value, set};
+    return *this;
+  }
+  void parse(int argc, char** argv) const {
+    for (int i = 1; i < argc; ++i) {
+      const std::string k = argv[i];
+      if (k == "-h" || k == "--help") fail("help");
+      if (auto s = switches_.find(k); s != switches_.end()) {
+        *s->second.first = s->second.second;
+        continue;
+      }
+      auto b = bound_.find(k);
+      if (b == bound_.end()) fail("unknown flag " + k);
+      if (i + 1 >= argc) fail("missing value after " + k);
+      const std::string v = argv[++i];
+      try {
+        std::visit(
+            [&](auto* p) {
+              using T = std::remove_pointer_t<decltype(p)>;
+              size_t used = v.size();
+              if constexpr (std::is_same_v<T, std::string>)
+                *p = v;
+              else if constexpr (std::is_same_v<T, double>)
+                *p = std::stod(v, &used);
+              else if constexpr (std::is_same_v<T, uint64_t>)
+                *p = std::stoull(v, &used);
+              else
+                *p = static_cast<T>(std::stoll(v, &used));
+              if (used != v.size()) throw std::invalid_argument(v);
+            },
+            b->second);
+      } catch (const std::logic_error&) {
+        fail("bad value for " + k + ": '" + v + "'");
+      }
+    }
+  }
+  [[noreturn]] void fail(const std::string& msg) const {
+    std::fprintf(stderr, "%s: %s\nusage: %s %s\n", program_.c_str(), msg.c_str(), program_.c_str(),
+                 usage_.c_str());
+    std::exit(2);
+  }
+
+ private:
+  std::string program_, usage_;
+  std::map<std::string, std::variant<std::string*, double*, int64_t*, int*, uint64_t*>> bound_;
+  std::map<std::string, std::pair<bool*, bool>> switches_;
+};
 
 }  // namespace dltrain::examples

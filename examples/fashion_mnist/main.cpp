@@ -54,74 +54,29 @@ struct Args {
   bool persistent_workers = false;
 };
 
-[[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "fashion_mnist: %s\nusage: fashion_mnist [--data DIR] [--batch-size N] "
-               "[--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] [--threads N] [--test] "
-               "[--test-nsteps N] [--json PATH] [--checkpoint PATH [--resume]] "
-               "[--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] [--pin-memory] "
-               "[--non-blocking] [--persistent-workers]\n",
-               msg);
-  std::exit(2);
-}
-
+// Parses the flags into an Args (exits with the usage line on a bad one).
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + k).c_str());
-      return argv[++i];
-    };
-    try {
-      if (k == "--data")
-        a.data = val();
-      else if (k == "--batch-size")
-        a.batch_size = std::stoll(val());
-      else if (k == "--epochs")
-        a.epochs = std::stoll(val());
-      else if (k == "--lr")
-        a.lr = std::stod(val());
-      else if (k == "--wd")
-        a.wd = std::stod(val());
-      else if (k == "--mom")
-        a.mom = std::stod(val());
-      else if (k == "--seed")
-        a.seed = std::stoull(val());
-      else if (k == "--threads")
-        a.threads = std::stoi(val());
-      else if (k == "--test")
-        a.test = true;
-      else if (k == "--test-nsteps")
-        a.test_nsteps = std::stoll(val());
-      else if (k == "--checkpoint")
-        a.checkpoint = val();
-      else if (k == "--resume")
-        a.resume = true;
-      else if (k == "--json")
-        a.json = val();
-      else if (k == "--device")
-        a.device = val();
-      else if (k == "--num-workers")
-        a.num_workers = std::stoll(val());
-      else if (k == "--prefetch-factor")
-        a.prefetch_factor = std::stoll(val());
-      else if (k == "--pin-memory")
-        a.pin_memory = true;
-      else if (k == "--non-blocking")
-        a.non_blocking = true;
-      else if (k == "--persistent-workers")
-        a.persistent_workers = true;
-      else if (k == "-h" || k == "--help")
-        usage("help");
-      else
-        usage(("unknown flag " + k).c_str());
-    } catch (const std::logic_error&) {
-      usage(("bad value for " + k).c_str());
-    }
-  }
-  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0) {
-    usage("--batch-size, --epochs and --test-nsteps must be positive");
+  Flags f("fashion_mnist",
+          "[--data DIR] [--batch-size N] [--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] "
+          "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
+          "[--resume]] [--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] "
+          "[--pin-memory] [--non-blocking] [--persistent-workers]");
+  f.add("--data", &a.data).add("--batch-size", &a.batch_size).add("--epochs", &a.epochs);
+  f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
+  f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
+  f.add("--checkpoint", &a.checkpoint).add("--device", &a.device);
+  f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
+  f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
+  f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
+  f.add_switch("--persistent-workers", &a.persistent_workers);
+  f.parse(argc, argv);
+  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
+    f.fail("--batch-size, --epochs and --test-nsteps must be positive");
+  try {
+    (void)parse_device(a.device);
+  } catch (const std::exception&) {
+    f.fail("bad value for --device: " + a.device + " (cpu, cuda or cuda:N)");
   }
   return a;
 }
@@ -157,12 +112,7 @@ int main(int argc, char** argv) {
   try {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
-    Device device;
-    try {
-      device = parse_device(args.device);
-    } catch (const std::exception&) {
-      usage(("bad value for --device: " + args.device + " (cpu, cuda or cuda:N)").c_str());
-    }
+    const Device device = parse_device(args.device);
     const bool gpu = device.is_cuda();
     if (gpu) cuda::set_device(device.index);
     // Marks of the chronometer: on a GPU, wait for the queued work so it is charged to the

@@ -61,87 +61,25 @@ struct Args {
   std::string checkpoint;
 };
 
-[[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr,
-               "resnet50: %s\nusage: resnet50 --data DIR [--arch resnet50] [--batch-size N] "
-               "[--epochs N] [--image-size N] [--lr X] [--wd X] [--mom X] "
-               "[--label-smoothing X] [--seed N] [--test] [--test-nsteps N] [--num-workers N] "
-               "[--persistent-workers] [--pin-memory] [--non-blocking] [--prefetch-factor N] "
-               "[--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] [--threads N] "
-               "[--json PATH] [--checkpoint PATH]\n",
-               msg.c_str());
-  std::exit(2);
-}
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + k);
-      return argv[++i];
-    };
-    try {
-      if (k == "--data")
-        a.data = val();
-      else if (k == "--arch")
-        a.arch = val();
-      else if (k == "--batch-size")
-        a.batch_size = std::stoll(val());
-      else if (k == "--epochs")
-        a.epochs = std::stoll(val());
-      else if (k == "--image-size")
-        a.image_size = std::stoll(val());
-      else if (k == "--lr")
-        a.lr = std::stod(val());
-      else if (k == "--wd")
-        a.wd = std::stod(val());
-      else if (k == "--mom")
-        a.mom = std::stod(val());
-      else if (k == "--label-smoothing")
-        a.label_smoothing = std::stod(val());
-      else if (k == "--seed")
-        a.seed = std::stoull(val());
-      else if (k == "--test")
-        a.test = true;
-      else if (k == "--test-nsteps")
-        a.test_nsteps = std::stoll(val());
-      else if (k == "--num-workers")
-        a.num_workers = std::stoll(val());
-      else if (k == "--persistent-workers")
-        a.persistent_workers = true;
-      else if (k == "--pin-memory")
-        a.pin_memory = true;
-      else if (k == "--non-blocking")
-        a.non_blocking = true;
-      else if (k == "--prefetch-factor")
-        a.prefetch_factor = std::stoll(val());
-      else if (k == "--no-drop-last")
-        a.drop_last = false;
-      else if (k == "--drop-last")
-        a.drop_last = true;
-      else if (k == "--device")
-        a.device = val();
-      else if (k == "--channels-last")
-        a.channels_last = true;
-      else if (k == "--threads")
-        a.threads = std::stoi(val());
-      else if (k == "--json")
-        a.json = val();
-      else if (k == "--checkpoint")
-        a.checkpoint = val();
-      else if (k == "-h" || k == "--help")
-        usage("help");
-      else
-        usage("unknown flag " + k);
-    } catch (const std::logic_error&) {
-      usage("bad value for " + k);
-    }
-  }
-  if (a.data.empty()) usage("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
-  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0 || a.image_size <= 0)
-    usage("--batch-size, --epochs, --test-nsteps and --image-size must be positive");
-  return a;
+Flags make_flags(Args& a) {
+  Flags f("resnet50",
+          "--data DIR [--arch resnet50] [--batch-size N] [--epochs N] [--image-size N] [--lr X] "
+          "[--wd X] [--mom X] [--label-smoothing X] [--seed N] [--test] [--test-nsteps N] "
+          "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
+          "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
+          "[--threads N] [--json PATH] [--checkpoint PATH]");
+  f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
+  f.add("--epochs", &a.epochs).add("--image-size", &a.image_size).add("--lr", &a.lr);
+  f.add("--wd", &a.wd).add("--mom", &a.mom).add("--label-smoothing", &a.label_smoothing);
+  f.add("--seed", &a.seed).add("--test-nsteps", &a.test_nsteps);
+  f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
+  f.add("--device", &a.device).add("--threads", &a.threads).add("--json", &a.json);
+  f.add("--checkpoint", &a.checkpoint);
+  f.add_switch("--test", &a.test).add_switch("--persistent-workers", &a.persistent_workers);
+  f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
+  f.add_switch("--no-drop-last", &a.drop_last, false).add_switch("--drop-last", &a.drop_last);
+  f.add_switch("--channels-last", &a.channels_last);
+  return f;
 }
 
 struct EpochReport {
@@ -152,7 +90,13 @@ struct EpochReport {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  Args args;
+  const Flags flags = make_flags(args);
+  flags.parse(argc, argv);
+  if (args.data.empty())
+    flags.fail("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
+  if (args.batch_size <= 0 || args.epochs <= 0 || args.test_nsteps <= 0 || args.image_size <= 0)
+    flags.fail("--batch-size, --epochs, --test-nsteps and --image-size must be positive");
   try {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
@@ -160,7 +104,7 @@ int main(int argc, char** argv) {
     try {
       device = parse_device(args.device);
     } catch (const std::exception&) {
-      usage("bad value for --device: " + args.device + " (cpu, cuda or cuda:N)");
+      flags.fail("bad value for --device: " + args.device + " (cpu, cuda or cuda:N)");
     }
     const bool gpu = device.is_cuda();
     if (gpu) cuda::set_device(device.index);
