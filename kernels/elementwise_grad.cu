@@ -9,32 +9,6 @@ namespace dltrain::backend::cuda {
 
 namespace {
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-template <class A>
-__device__ __forceinline__ A d_exp(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return expf(x);
-  else
-    return ::exp(x);
-}
-template <class A>
-__device__ __forceinline__ A d_erf(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return erff(x);
-  else
-    return ::erf(x);
-}
-template <class A>
-__device__ __forceinline__ A d_tanh(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return tanhf(x);
-  else
-    return ::tanh(x);
-}
-
 template <GradOp Op, class T>
 struct GradF {
   using A = acc_t<T>;
@@ -47,13 +21,13 @@ struct GradF {
     } else if constexpr (Op == GradOp::LeakyRelu) {
       r = v > A(0) ? g : g * a;
     } else if constexpr (Op == GradOp::GeluErf) {
-      const A cdf = A(0.5) * (A(1) + d_erf(v * A(kSqrt1_2)));
-      const A pdf = A(kInvSqrt2Pi) * d_exp(A(-0.5) * v * v);
+      const A cdf = A(0.5) * (A(1) + dm::erf(v * A(dm::kSqrt1_2)));
+      const A pdf = A(dm::kInvSqrt2Pi) * dm::exp(A(-0.5) * v * v);
       r = g * (cdf + v * pdf);
     } else if constexpr (Op == GradOp::GeluTanh) {
-      const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
-      const A t = d_tanh(inner);
-      const A dinner = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
+      const A inner = A(dm::kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
+      const A t = dm::tanh(inner);
+      const A dinner = A(dm::kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
       r = g * (A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dinner);
     } else if constexpr (Op == GradOp::Sigmoid) {
       r = g * v * (A(1) - v);

@@ -11,60 +11,6 @@ namespace dltrain::backend::cuda {
 
 namespace {
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-// float / double overloads of the math functions used below (A is float or double).
-template <class A>
-__device__ __forceinline__ A d_exp(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return expf(x);
-  else
-    return ::exp(x);
-}
-template <class A>
-__device__ __forceinline__ A d_log(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return logf(x);
-  else
-    return ::log(x);
-}
-template <class A>
-__device__ __forceinline__ A d_sqrt(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return sqrtf(x);
-  else
-    return ::sqrt(x);
-}
-template <class A>
-__device__ __forceinline__ A d_abs(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return fabsf(x);
-  else
-    return ::fabs(x);
-}
-template <class A>
-__device__ __forceinline__ A d_erf(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return erff(x);
-  else
-    return ::erf(x);
-}
-template <class A>
-__device__ __forceinline__ A d_tanh(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return tanhf(x);
-  else
-    return ::tanh(x);
-}
-template <class A>
-__device__ __forceinline__ A d_pow(A x, A y) {
-  if constexpr (std::is_same_v<A, float>)
-    return powf(x, y);
-  else
-    return ::pow(x, y);
-}
-
 template <UnaryOp Op, class T>
 struct UnaryF {
   using A = acc_t<T>;
@@ -75,32 +21,32 @@ struct UnaryF {
     if constexpr (Op == UnaryOp::Neg) {
       r = -v;
     } else if constexpr (Op == UnaryOp::Exp) {
-      r = d_exp(v);
+      r = dm::exp(v);
     } else if constexpr (Op == UnaryOp::Log) {
-      r = d_log(v);
+      r = dm::log(v);
     } else if constexpr (Op == UnaryOp::Sqrt) {
-      r = d_sqrt(v);
+      r = dm::sqrt(v);
     } else if constexpr (Op == UnaryOp::Rsqrt) {
-      r = A(1) / d_sqrt(v);
+      r = A(1) / dm::sqrt(v);
     } else if constexpr (Op == UnaryOp::Abs) {
-      r = d_abs(v);
+      r = dm::fabs(v);
     } else if constexpr (Op == UnaryOp::Relu) {
       r = v > A(0) ? v : A(0);
     } else if constexpr (Op == UnaryOp::LeakyRelu) {
       r = v > A(0) ? v : v * a;
     } else if constexpr (Op == UnaryOp::GeluErf) {
-      r = A(0.5) * v * (A(1) + d_erf(v * A(kSqrt1_2)));
+      r = A(0.5) * v * (A(1) + dm::erf(v * A(dm::kSqrt1_2)));
     } else if constexpr (Op == UnaryOp::GeluTanh) {
-      r = A(0.5) * v * (A(1) + d_tanh(A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
+      r = A(0.5) * v * (A(1) + dm::tanh(A(dm::kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
     } else if constexpr (Op == UnaryOp::Sigmoid) {
-      r = v >= A(0) ? A(1) / (A(1) + d_exp(-v)) : d_exp(v) / (A(1) + d_exp(v));
+      r = v >= A(0) ? A(1) / (A(1) + dm::exp(-v)) : dm::exp(v) / (A(1) + dm::exp(v));
     } else if constexpr (Op == UnaryOp::Tanh) {
-      r = d_tanh(v);
+      r = dm::tanh(v);
     } else if constexpr (Op == UnaryOp::Clamp) {
       r = v < a ? a : (v > b ? b : v);
     } else {
       static_assert(Op == UnaryOp::Pow);
-      r = d_pow(v, a);
+      r = dm::pow(v, a);
     }
     return convert<T>(r);
   }

@@ -27,15 +27,6 @@ namespace {
 
 // --- math and reductions -------------------------------------------------------------
 
-__device__ __forceinline__ float dexp(float v) { return expf(v); }
-__device__ __forceinline__ float dlog(float v) { return logf(v); }
-__device__ __forceinline__ double dlog(double v) { return log(v); }
-__device__ __forceinline__ double dexp(double v) { return exp(v); }
-__device__ __forceinline__ float dlog1p(float v) { return log1pf(v); }
-__device__ __forceinline__ double dlog1p(double v) { return log1p(v); }
-__device__ __forceinline__ float dfabs(float v) { return fabsf(v); }
-__device__ __forceinline__ double dfabs(double v) { return fabs(v); }
-
 template <class A>
 __device__ __forceinline__ A neg_inf() {
   return -static_cast<A>(INFINITY);
@@ -169,15 +160,15 @@ __global__ void __launch_bounds__(kT == 32 ? 256 : kT)
     for (int64_t l = threadIdx.x; l < L; l += kT) mx = MaxOp{}(mx, convert<A>(xr[l]));
     mx = group_all_reduce<kT>(mx, MaxOp{}, scratch);
     A s = A(0);
-    for (int64_t l = threadIdx.x; l < L; l += kT) s += dexp(convert<A>(xr[l]) - mx);
+    for (int64_t l = threadIdx.x; l < L; l += kT) s += dm::exp(convert<A>(xr[l]) - mx);
     s = group_all_reduce<kT>(s, SumOp{}, scratch);
     if (log) {
-      const A lse = mx + dlog(s);
+      const A lse = mx + dm::log(s);
       for (int64_t l = threadIdx.x; l < L; l += kT) yr[l] = convert<T>(convert<A>(xr[l]) - lse);
     } else {
       const A inv = A(1) / s;
       for (int64_t l = threadIdx.x; l < L; l += kT)
-        yr[l] = convert<T>(dexp(convert<A>(xr[l]) - mx) * inv);
+        yr[l] = convert<T>(dm::exp(convert<A>(xr[l]) - mx) * inv);
     }
   }
 }
@@ -195,14 +186,14 @@ __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, 
     A mx = neg_inf<A>();
     for (int64_t l = 0; l < L; ++l) mx = MaxOp{}(mx, convert<A>(xc[l * inner]));
     A s = A(0);
-    for (int64_t l = 0; l < L; ++l) s += dexp(convert<A>(xc[l * inner]) - mx);
+    for (int64_t l = 0; l < L; ++l) s += dm::exp(convert<A>(xc[l * inner]) - mx);
     if (log) {
-      const A lse = mx + dlog(s);
+      const A lse = mx + dm::log(s);
       for (int64_t l = 0; l < L; ++l) yc[l * inner] = convert<T>(convert<A>(xc[l * inner]) - lse);
     } else {
       const A inv = A(1) / s;
       for (int64_t l = 0; l < L; ++l)
-        yc[l * inner] = convert<T>(dexp(convert<A>(xc[l * inner]) - mx) * inv);
+        yc[l * inner] = convert<T>(dm::exp(convert<A>(xc[l * inner]) - mx) * inv);
     }
   }
 }
@@ -224,7 +215,7 @@ __global__ void __launch_bounds__(kT == 32 ? 256 : kT)
       t += log ? convert<A>(gr[l]) : convert<A>(gr[l]) * convert<A>(yr[l]);
     t = group_all_reduce<kT>(t, SumOp{}, scratch);
     for (int64_t l = threadIdx.x; l < L; l += kT) {
-      dr[l] = log ? convert<T>(convert<A>(gr[l]) - dexp(convert<A>(yr[l])) * t)
+      dr[l] = log ? convert<T>(convert<A>(gr[l]) - dm::exp(convert<A>(yr[l])) * t)
                   : convert<T>(convert<A>(yr[l]) * (convert<A>(gr[l]) - t));
     }
   }
@@ -246,7 +237,7 @@ __global__ void softmax_cols_backward_kernel(const T* __restrict__ g, const T* _
     }
     for (int64_t l = 0; l < L; ++l) {
       const int64_t i = base + l * inner;
-      dx[i] = log ? convert<T>(convert<A>(g[i]) - dexp(convert<A>(y[i])) * t)
+      dx[i] = log ? convert<T>(convert<A>(g[i]) - dm::exp(convert<A>(y[i])) * t)
                   : convert<T>(convert<A>(y[i]) * (convert<A>(g[i]) - t));
     }
   }
@@ -330,13 +321,13 @@ __global__ void __launch_bounds__(kT == 32 ? 256 : kT)
     double se = 0.0, wx = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += kT) {
       const A v = convert<A>(xr[c]);
-      se += static_cast<double>(dexp(v - mx));
+      se += static_cast<double>(dm::exp(v - mx));
       if (eps > 0.0) wx += (w ? w[c] : 1.0) * static_cast<double>(v);
     }
     se = group_all_reduce<kT>(se, SumOp{}, scratch);
     if (eps > 0.0) wx = group_all_reduce<kT>(wx, SumOp{}, scratch);
     if (threadIdx.x == 0) {
-      const double l = static_cast<double>(mx) + dlog(se);
+      const double l = static_cast<double>(mx) + dm::log(se);
       lse[r] = static_cast<A>(l);
       const int64_t t = target[r];
       const double xt = (t >= 0 && t < C) ? static_cast<double>(convert<A>(xr[t])) : 0.0;
@@ -373,8 +364,8 @@ __global__ void ce_cols_kernel(const T* __restrict__ x, const int64_t* __restric
       if (eps > 0.0) wx += (w ? w[c] : 1.0) * static_cast<double>(v);
     }
     double se = 0.0;
-    for (int64_t c = 0; c < C; ++c) se += static_cast<double>(dexp(convert<A>(xc[c * S]) - mx));
-    const double l = static_cast<double>(mx) + dlog(se);
+    for (int64_t c = 0; c < C; ++c) se += static_cast<double>(dm::exp(convert<A>(xc[c * S]) - mx));
+    const double l = static_cast<double>(mx) + dm::log(se);
     lse[i] = static_cast<A>(l);
     const int64_t t = target[i];
     const double xt = (t >= 0 && t < C) ? static_cast<double>(convert<A>(xc[t * S])) : 0.0;
@@ -495,7 +486,7 @@ __device__ __forceinline__ T ce_grad(const CeCoef<acc_t<T>>& k, T xv, acc_t<T> l
   using A = acc_t<T>;
   if (k.zero) return convert<T>(A(0));
   if (k.bad) return convert<T>(nan_d());
-  A v = k.ps * dexp(convert<A>(xv) - l) - k.es * static_cast<A>(w ? w[c] : 1.0);
+  A v = k.ps * dm::exp(convert<A>(xv) - l) - k.es * static_cast<A>(w ? w[c] : 1.0);
   if (c == t) v -= k.tt;
   return convert<T>(v);
 }
@@ -588,7 +579,7 @@ Tensor weight_sum(const Tensor& weight, double eps, int dev) {
 template <class A>
 __device__ __forceinline__ A softplus_neg_of(A x) {
   const A m = -x > A(0) ? -x : A(0);
-  return dlog1p(dexp(-dfabs(x))) + m;
+  return dm::log1p(dm::exp(-dm::fabs(x))) + m;
 }
 
 template <class T>

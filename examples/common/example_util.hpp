@@ -43,6 +43,21 @@ inline Stats stats(std::vector<double> v) {
   return s;
 }
 
+/// Prints the chronometer table: min / median / std in ms of the data, forward (with the
+/// loss) and backward + optimizer-step times, one row each.
+inline void print_chronometer(const char* data_label, const std::vector<double>& data,
+                              const std::vector<double>& forward,
+                              const std::vector<double>& backward) {
+  std::printf("chronometer over %zu steps (ms): %-18s %8s %8s %8s\n", forward.size(), "", "min",
+              "median", "std");
+  auto row = [](const char* name, const Stats& s) {
+    std::printf("  %-44s %8.2f %8.2f %8.2f\n", name, 1e3 * s.min, 1e3 * s.median, 1e3 * s.std);
+  };
+  row(data_label, stats(data));
+  row("forward (incl. loss)", stats(forward));
+  row("backward + optimizer step", stats(backward));
+}
+
 /// "cpu", "cuda" (device 0) or "cuda:N"; throws std::invalid_argument otherwise.
 inline Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu();

@@ -255,14 +255,7 @@ int main(int argc, char** argv) {
     }
 
     Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
-    std::printf("chronometer over %zu steps (ms): %-18s %8s %8s %8s\n", t_fwd.size(), "", "min",
-                "median", "std");
-    auto row = [](const char* name, const Stats& s) {
-      std::printf("  %-44s %8.2f %8.2f %8.2f\n", name, 1e3 * s.min, 1e3 * s.median, 1e3 * s.std);
-    };
-    row("data loading", sd);
-    row("forward (incl. loss)", sf);
-    row("backward + optimizer step", sb);
+    print_chronometer("data loading", t_data, t_fwd, t_bwd);
     if (gpu)
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));

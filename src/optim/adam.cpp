@@ -140,15 +140,14 @@ void Adam::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
   State& s = state_[i];
   const bool amsgrad = *group.amsgrad;
   if (s.step == 0) {
-    s.exp_avg = detail::zero_dense(empty_state_like(param));
-    s.exp_avg_sq = detail::zero_dense(empty_state_like(param));
+    s.exp_avg = empty_state_like(param).zero_();
+    s.exp_avg_sq = empty_state_like(param).zero_();
   } else {
     detail::match_param(s.exp_avg, param);
     detail::match_param(s.exp_avg_sq, param);
   }
   detail::match_param(s.max_exp_avg_sq, param);
-  if (amsgrad && !s.max_exp_avg_sq.defined())
-    s.max_exp_avg_sq = detail::zero_dense(empty_state_like(param));
+  if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = empty_state_like(param).zero_();
   s.step += 1;
   if (param.device().is_cuda()) {
     const auto [b1, b2] = *group.betas;

@@ -17,7 +17,6 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
-#include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/optim.hpp"
 
 namespace dltrain::optim::detail {
@@ -63,18 +62,6 @@ inline void match_param(Tensor& state, const Tensor& param) {
   Tensor t = empty_strided(param.shape(), param.strides(), param.options());
   t.copy_(state);
   state = t;
-}
-
-/// Zero-fills a dense tensor in place and returns it; a CUDA one with one fill over its
-/// memory whatever its layout (Tensor::fill_ would go through the host for a non-contiguous
-/// layout such as channels-last).
-inline Tensor zero_dense(Tensor t) {
-  if (t.device().is_cuda()) {
-    if (t.numel() > 0) backend::cuda::fill(t.data_ptr(), t.dtype(), t.numel(), 0.0, t.device());
-  } else {
-    t.zero_();
-  }
-  return t;
 }
 
 /// The CUDA updates of the param group being stepped (see the file comment). Within one
