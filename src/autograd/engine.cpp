@@ -15,6 +15,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
+#include "src/amp/dispatch.hpp"
 
 namespace dltrain::autograd {
 
@@ -114,6 +115,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   DLTRAIN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ",
                 grads.size(), " gradients; pass one gradient (or an undefined Tensor) per root");
   NoGradGuard no_grad;  // backward formulas do not record (no double backward)
+  // Backward formulas run in the dtypes forward chose, never autocast again; and the weight
+  // casts cached by autocast are dropped, as an optimizer step may follow.
+  amp::detail::BackwardScope amp_scope;
 
   struct Pending {
     std::vector<Tensor> grads;

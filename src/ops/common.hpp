@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "dltrain/core/tensor.hpp"
+#include "src/amp/dispatch.hpp"
 
 namespace dltrain::detail {
 

@@ -338,6 +338,8 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 stride, Int2 padding,
               Int2 dilation, int64_t groups) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::conv2d, {&x, &weight, &bias}))
+    return conv2d((*ac)[0], (*ac)[1], (*ac)[2], stride, padding, dilation, groups);
   detail::check_defined("conv2d", x, "input");
   detail::check_defined("conv2d", weight, "weight");
   detail::check_same_device("conv2d", {&x, &weight, &bias});

@@ -304,6 +304,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::exp, {&x})) return exp((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Exp, x, [](auto v) { return std::exp(v); });
   autograd::record("exp", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{mul(g[0], o)};
@@ -312,6 +313,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x})) return log((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Log, x, [](auto v) { return std::log(v); });
   autograd::record("log", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{div(g[0], x)};
@@ -328,6 +330,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor rsqrt(const Tensor& x) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::rsqrt, {&x})) return rsqrt((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Rsqrt, x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
   autograd::record("rsqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{mul(g[0], mul(pow(o, 3.0), -0.5))};
@@ -349,6 +352,7 @@ Tensor abs(const Tensor& x) {
 Tensor square(const Tensor& x) { return mul(x, x); }
 
 Tensor pow(const Tensor& x, double e) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x})) return pow((*ac)[0], e);
   Tensor out = unary_float(
       UnaryOp::Pow, x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); }, e);
   autograd::record("pow", {x}, {out}, [x = x.detach(), e](const std::vector<Tensor>& g) {
@@ -359,6 +363,7 @@ Tensor pow(const Tensor& x, double e) {
 }
 
 Tensor pow(const Tensor& x, const Tensor& y) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x, &y})) return pow((*ac)[0], (*ac)[1]);
   detail::check_defined("pow", x, "self");
   detail::check_defined("pow", y, "exponent");
   Tensor out = binary_float(BinaryOp::Pow, x, y, [](auto a, auto b) { return std::pow(a, b); });

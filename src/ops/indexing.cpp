@@ -326,6 +326,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::scatter_add, {&x, &index, &src}))
+    return scatter_add((*ac)[0], dim, (*ac)[1], (*ac)[2]);
   const char* op = "scatter_add";
   detail::check_defined(op, x, "input");
   detail::check_defined(op, src, "src");

@@ -126,6 +126,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::mm, {&a, &b})) return mm((*ac)[0], (*ac)[1]);
   check_operands("mm", a, b);
   detail::check_dim("mm", a, 2, "self");
   detail::check_dim("mm", b, 2, "other");
@@ -144,6 +145,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::bmm, {&a, &b})) return bmm((*ac)[0], (*ac)[1]);
   check_operands("bmm", a, b);
   detail::check_dim("bmm", a, 3, "self");
   detail::check_dim("bmm", b, 3, "other");
@@ -163,6 +165,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::matmul, {&a, &b}))
+    return matmul((*ac)[0], (*ac)[1]);
   check_operands("matmul", a, b);
   DLTRAIN_CHECK(a.dim() >= 1 && b.dim() >= 1,
                 "matmul: both operands need at least 1 dimension but got ", shape_str(a.shape()),
@@ -201,6 +205,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::linear, {&x, &weight, &bias}))
+    return linear((*ac)[0], (*ac)[1], (*ac)[2]);
   detail::check_defined("linear", x, "input");
   detail::check_defined("linear", weight, "weight");
   detail::check_same_device("linear", {&x, &weight, &bias});

@@ -459,8 +459,16 @@ Tensor reduce(const Tensor& t, Reduction r) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::softmax, {&x})) return softmax((*ac)[0], dim);
+  return softmax_impl(x, dim, false);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::log_softmax, {&x}))
+    return log_softmax((*ac)[0], dim);
+  return softmax_impl(x, dim, true);
+}
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const char* op = "dropout";
@@ -504,6 +512,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
                      const CrossEntropyOptions& opts) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::cross_entropy,
+                                           {&logits_in, &target_in, &opts.weight})) {
+    CrossEntropyOptions o = opts;
+    o.weight = (*ac)[2];
+    return cross_entropy((*ac)[0], (*ac)[1], o);
+  }
   const char* op = "cross_entropy";
   detail::check_defined(op, logits_in, "input");
   detail::check_defined(op, target_in, "target");
@@ -625,6 +639,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& opts) {
+  if (auto ac =
+          amp::detail::autocast_args(amp::Op::nll_loss, {&log_probs, &target, &opts.weight})) {
+    NLLLossOptions o = opts;
+    o.weight = (*ac)[2];
+    return nll_loss((*ac)[0], (*ac)[1], o);
+  }
   const char* op = "nll_loss";
   detail::check_defined(op, log_probs, "input");
   detail::check_defined(op, target, "target");
@@ -669,6 +689,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::mse_loss, {&input, &target}))
+    return mse_loss((*ac)[0], (*ac)[1], reduction);
   const char* op = "mse_loss";
   detail::check_defined(op, input, "input");
   detail::check_defined(op, target, "target");
@@ -683,6 +705,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::binary_cross_entropy_with_logits,
+                                           {&logits, &target, &pos_weight}))
+    return binary_cross_entropy_with_logits((*ac)[0], (*ac)[1], reduction, (*ac)[2]);
   const char* op = "binary_cross_entropy_with_logits";
   detail::check_defined(op, logits, "input");
   detail::check_defined(op, target, "target");

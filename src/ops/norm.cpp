@@ -346,7 +346,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
   autograd::record(
       op, {x, weight, bias}, {y},
       [xc, L, fmt, mean, invstd, training, wt = weight.defined() ? weight.detach() : Tensor(),
-       rx = x.requires_grad(), rw = weight.defined() && weight.requires_grad(),
+       bdt = bias.defined() ? bias.dtype() : x.dtype(), rx = x.requires_grad(),
+       rw = weight.defined() && weight.requires_grad(),
        rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {
         const int64_t C = L.C;
         const double M = static_cast<double>(L.per_channel());
@@ -364,9 +365,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                          gv * (double(cast<A>(xp[i])) - (*mean)[c]) * (*invstd)[c]};
           });
           if (rw) dw = vector_tensor(std::vector<double>(r.begin() + C, r.end()), wt.dtype());
-          if (rb)
-            db = vector_tensor(std::vector<double>(r.begin(), r.begin() + C),
-                               wt.defined() ? wt.dtype() : xc.dtype());
+          if (rb) db = vector_tensor(std::vector<double>(r.begin(), r.begin() + C), bdt);
           if (!rx) return;
           // dx = a * g + b * x + k per channel.
           std::vector<A> a(static_cast<size_t>(C)), bx(static_cast<size_t>(C)),
@@ -397,6 +396,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::layer_norm, {&x, &weight, &bias}))
+    return layer_norm((*ac)[0], normalized_shape, (*ac)[1], (*ac)[2], eps);
   const char* op = "layer_norm";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &weight, &bias});

@@ -129,10 +129,9 @@ Tensor sum_kernel(const Tensor& x, const ReducePlan& p, DType out_dt) {
 
 DType sum_dtype(DType t) { return is_floating(t) ? t : DType::i64; }
 
-}  // namespace
-
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  detail::check_defined("sum", x, "input");
+// sum without the autocast entry: mean and var are not autocast ops, so the sum inside them
+// must keep their input's dtype.
+Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim) {
   const ReducePlan p = plan(x, dims, keepdim, "sum");
   const Tensor xin = x.dtype() == DType::b8 ? x.detach().to(DType::u8) : x;
   Tensor out;
@@ -149,13 +148,21 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  detail::check_defined("sum", x, "input");
+  if (auto ac = amp::detail::autocast_args(amp::Op::sum, {&x})) return sum((*ac)[0], dims, keepdim);
+  return sum_impl(x, dims, keepdim);
+}
+
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   detail::check_defined("mean", x, "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
   const ReducePlan p = plan(xf, dims, keepdim, "mean");
-  return div(sum(xf, dims, keepdim), static_cast<double>(p.R));
+  return div(sum_impl(xf, dims, keepdim), static_cast<double>(p.R));
 }
 
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
@@ -165,7 +172,7 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   const ReducePlan p = plan(xf, dims, keepdim, "var");
   Tensor centered = sub(xf, mean(xf, dims, true));
   const double denom = static_cast<double>(p.R - correction);
-  return div(sum(mul(centered, centered), dims, keepdim), denom > 0 ? denom : NAN);
+  return div(sum_impl(mul(centered, centered), dims, keepdim), denom > 0 ? denom : NAN);
 }
 
 Tensor stddev(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {

@@ -11,6 +11,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
+#include "src/amp/dispatch.hpp"
 
 namespace dltrain {
 
@@ -253,6 +254,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 // --- cat / stack / split / chunk --------------------------------------------------
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::cat, tensors)) return cat(ac->args(), dim);
   DLTRAIN_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
   const int64_t nd = first.dim();
@@ -300,6 +302,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::stack, tensors)) return stack(ac->args(), dim);
   DLTRAIN_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> u;
