@@ -1,43 +1,27 @@
 // Fused multi-tensor optimizer updates (SGD, Adam/AdamW) and the gradient-clipping passes on
 // CUDA (entry points in src/backend/cuda/optim.hpp).
 //
-// Multi-tensor apply, as PyTorch's multi_tensor_apply: the tensors of one call are cut into
-// chunks of kChunk elements, one block per chunk, and a launch carries in its kernel
-// parameters a table of up to kMaxT tensors (addresses, sizes, two per-tensor
-// coefficients) and, per block, which tensor and chunk it works on; a call needs as many
-// launches as tables it fills, and no device memory, copy or host sync. Every tensor is
-// dense, and a parameter's gradient and state share its layout, so element k of the chunk
-// is the same logical element in all of them. The update arithmetic follows the CPU
-// kernels of src/optim (sgd.cpp, adam.cpp) operation for operation in the parameter's
-// dtype, with the same host-computed coefficients (bias corrections per tensor, since a
-// parameter skipped in earlier steps has its own step count); only fused multiply-adds may
-// differ, by an ulp. The gradient norm accumulates |g|^p in double per block and reduces the
-// per-block partials in a fixed order in one block (deterministic), writing the norm and the
-// clipping coefficient to device memory, where the scaling kernel reads it.
+// Updates are multi-tensor launches (kernels/multi_tensor.cuh): a table of tensors per
+// launch, one block per 64K-element chunk, nothing copied to the device. The update
+// arithmetic follows the CPU kernels of src/optim (sgd.cpp, adam.cpp) operation for operation
+// in the state's dtype (the parameter's, or f32 for f16/bf16 parameters, which are read and
+// rounded back once per element), with the same host-computed coefficients (bias corrections
+// per tensor, since a parameter skipped in earlier steps has its own step count); only fused
+// multiply-adds may differ, by an ulp. The gradient norm accumulates |g|^p in double per block and
+// reduces the per-block partials in a fixed order in one block (deterministic), writing the norm
+// and the clipping coefficient to device memory, where the scaling kernel reads it.
 #include <cmath>
 #include <map>
 
 #include "kernels/common.cuh"
+#include "kernels/multi_tensor.cuh"
 #include "src/backend/cuda/optim.hpp"
 
 namespace dltrain::backend::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = 65536;
-constexpr int kMaxBlocks = 320;
-constexpr int kBlockThreads = 512;
-constexpr int kMaxDepth = 5;
-
-template <int kDepth, int kMaxT>
-struct TensorTable {
-  void* ptr[kDepth][kMaxT];
-  int64_t numel[kMaxT];
-  double c0[kMaxT];
-  double c1[kMaxT];
-  int32_t block_chunk[kMaxBlocks];
-  uint8_t block_tensor[kMaxBlocks];
-};
+using namespace mta;
 
 // Kernel parameters stay within the classic 4 KiB limit, next to a few scalars.
 constexpr int kSgdMaxT = 36, kAdamMaxT = 24, kListMaxT = 64;
@@ -45,81 +29,43 @@ static_assert(sizeof(TensorTable<3, kSgdMaxT>) <= 3800);
 static_assert(sizeof(TensorTable<5, kAdamMaxT>) <= 3800);
 static_assert(sizeof(TensorTable<1, kListMaxT>) <= 3800);
 
-struct Entry {
-  void* ptr[kMaxDepth] = {};
-  int64_t numel = 0;
-  double c0 = 0, c1 = 0;
-};
+// The dtype of optimizer state (and of the update arithmetic) for parameters of dtype p.
+DType state_dtype(DType p) { return p == DType::f16 || p == DType::bf16 ? DType::f32 : p; }
 
-// Fills tables from `entries` and calls launch(table, blocks, first_block) for each, where
-// first_block counts the blocks of the earlier launches of this call.
-template <int kDepth, int kMaxT, class Launch>
-void multi_tensor_apply(const std::vector<Entry>& entries, Launch&& launch) {
-  static_assert(kMaxT <= 256 && kDepth <= kMaxDepth);
-  TensorTable<kDepth, kMaxT> tt{};
-  int nt = 0, nb = 0;
-  int64_t first_block = 0;
-  for (const Entry& e : entries) {
-    if (e.numel == 0) continue;
-    for (int d = 0; d < kDepth; ++d) tt.ptr[d][nt] = e.ptr[d];
-    tt.numel[nt] = e.numel;
-    tt.c0[nt] = e.c0;
-    tt.c1[nt] = e.c1;
-    ++nt;
-    const int64_t chunks = (e.numel + kChunk - 1) / kChunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      tt.block_tensor[nb] = static_cast<uint8_t>(nt - 1);
-      tt.block_chunk[nb] = static_cast<int32_t>(c);
-      ++nb;
-      const bool last_chunk = c == chunks - 1;
-      if (nb == kMaxBlocks || (nt == kMaxT && last_chunk)) {
-        launch(tt, nb, first_block);
-        first_block += nb;
-        nb = 0;
-        if (last_chunk) {
-          nt = 0;
-        } else {  // the tensor goes on in the next table, in slot 0
-          for (int d = 0; d < kDepth; ++d) tt.ptr[d][0] = tt.ptr[d][nt - 1];
-          tt.numel[0] = tt.numel[nt - 1];
-          tt.c0[0] = tt.c0[nt - 1];
-          tt.c1[0] = tt.c1[nt - 1];
-          nt = 1;
-        }
-      }
+// All parameters and gradients of a call have dtype dt and all state tensors state_dtype(dt),
+// on the first one's device; returns the device index.
+int common_device(const char* op, const std::vector<const Tensor*>& params,
+                  const std::vector<const Tensor*>& states, DType dt) {
+  const Device dev = params.front()->device();
+  auto check = [&](const std::vector<const Tensor*>& ts, DType want) {
+    for (const Tensor* t : ts) {
+      DLTRAIN_CHECK(t->device() == dev && t->dtype() == want, op,
+                    ": expected every tensor on one CUDA device with dtype ", want, " but got ",
+                    t->dtype(), " on ", t->device(), " next to ", want, " on ", dev);
     }
-  }
-  if (nb > 0) launch(tt, nb, first_block);
-}
-
-int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
-
-// The chunk of this block: its tensor slot, first element and length.
-template <class Table>
-__device__ __forceinline__ int chunk_of(const Table& tt, int64_t& start, int64_t& n) {
-  const int t = tt.block_tensor[blockIdx.x];
-  start = static_cast<int64_t>(tt.block_chunk[blockIdx.x]) * kChunk;
-  n = tt.numel[t] - start;
-  if (n > kChunk) n = kChunk;
-  return t;
-}
-
-template <class T>
-T* at(void* p, int64_t start) {
-  return static_cast<T*>(p) + start;
-}
-
-void check_launch() { DLTRAIN_CUDA_CHECK(cudaGetLastError()); }
-
-// All tensors of a call share the first one's dtype and device; returns the device index.
-int common_device(const char* op, const std::vector<const Tensor*>& ts, DType dt) {
-  const Device dev = ts.front()->device();
-  for (const Tensor* t : ts) {
-    DLTRAIN_CHECK(t->device() == dev && t->dtype() == dt, op,
-                  ": expected every tensor on one CUDA device with dtype ", dt, " but got ",
-                  t->dtype(), " on ", t->device(), " next to ", dt, " on ", dev);
-  }
+  };
+  check(params, dt);
+  check(states, state_dtype(dt));
   DLTRAIN_CHECK(dev.is_cuda(), op, ": expected CUDA tensors but got tensors on ", dev);
   return dev.index;
+}
+
+// Calls f.template operator()<P, T>() with P the parameters' device type and T the state and
+// arithmetic type.
+template <class F>
+void dispatch_param(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::f32:
+      return f.template operator()<float, float>();
+    case DType::f64:
+      return f.template operator()<double, double>();
+    case DType::f16:
+      return f.template operator()<__half, float>();
+    case DType::bf16:
+      return f.template operator()<__nv_bfloat16, float>();
+    default:
+      DLTRAIN_FAIL(op, ": CUDA parameters must be floating-point, got ", dt);
+  }
 }
 
 // --- SGD -----------------------------------------------------------------------------
@@ -130,24 +76,26 @@ struct SgdArgs {
   bool decay, use_momentum, nesterov;
 };
 
-template <class T>
+// P: parameter and gradient type; T: momentum buffer and arithmetic type.
+template <class P, class T>
 __global__ void __launch_bounds__(kBlockThreads)
     sgd_kernel(TensorTable<3, kSgdMaxT> tt, SgdArgs<T> a) {
   int64_t start, n;
   const int t = chunk_of(tt, start, n);
-  T* __restrict__ p = static_cast<T*>(tt.ptr[0][t]) + start;
-  const T* __restrict__ g = static_cast<const T*>(tt.ptr[1][t]) + start;
+  P* __restrict__ p = static_cast<P*>(tt.ptr[0][t]) + start;
+  const P* __restrict__ g = static_cast<const P*>(tt.ptr[1][t]) + start;
   T* __restrict__ buf = a.use_momentum ? static_cast<T*>(tt.ptr[2][t]) + start : nullptr;
   const bool first = tt.c0[t] != 0.0;
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-    T d = a.sign * g[k];
-    if (a.decay) d = d + a.wd * p[k];
+    const T pk = convert<T>(p[k]);
+    T d = a.sign * convert<T>(g[k]);
+    if (a.decay) d = d + a.wd * pk;
     if (a.use_momentum) {
       const T b = first ? d : a.momentum * buf[k] + a.one_minus_damp * d;
       buf[k] = b;
       d = a.nesterov ? d + a.momentum * b : b;
     }
-    p[k] = p[k] - a.lr * d;
+    p[k] = convert<P>(pk - a.lr * d);
   }
 }
 
@@ -159,21 +107,22 @@ struct AdamArgs {
   bool decoupled, decay, amsgrad;
 };
 
-// Per tensor: c0 = -lr / (1 - beta1^step), c1 = sqrt(1 - beta2^step).
-template <class T>
+// Per tensor: c0 = -lr / (1 - beta1^step), c1 = sqrt(1 - beta2^step). P: parameter and
+// gradient type; T: moment and arithmetic type.
+template <class P, class T>
 __global__ void __launch_bounds__(kBlockThreads)
     adam_kernel(TensorTable<5, kAdamMaxT> tt, AdamArgs<T> a) {
   int64_t start, n;
   const int t = chunk_of(tt, start, n);
-  T* __restrict__ p = static_cast<T*>(tt.ptr[0][t]) + start;
-  const T* __restrict__ g = static_cast<const T*>(tt.ptr[1][t]) + start;
+  P* __restrict__ p = static_cast<P*>(tt.ptr[0][t]) + start;
+  const P* __restrict__ g = static_cast<const P*>(tt.ptr[1][t]) + start;
   T* __restrict__ m = static_cast<T*>(tt.ptr[2][t]) + start;
   T* __restrict__ v = static_cast<T*>(tt.ptr[3][t]) + start;
   T* __restrict__ vmax = a.amsgrad ? static_cast<T*>(tt.ptr[4][t]) + start : nullptr;
   const T neg_step_size = static_cast<T>(tt.c0[t]), bc2_sqrt = static_cast<T>(tt.c1[t]);
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-    T pk = p[k];
-    T d = a.sign * g[k];
+    T pk = convert<T>(p[k]);
+    T d = a.sign * convert<T>(g[k]);
     if (a.decoupled) {
       pk = pk * a.decay_factor;
     } else if (a.decay) {
@@ -190,7 +139,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       vmax[k] = root;
     }
     const T denom = sqrt(root) / bc2_sqrt + a.eps;
-    p[k] = pk + neg_step_size * (mk / denom);
+    p[k] = convert<P>(pk + neg_step_size * (mk / denom));
   }
 }
 
@@ -311,51 +260,18 @@ struct ClampOp {
   }
 };
 
-bool dense(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) == 0) return true;
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t expected = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
-
-// Gradients grouped by dtype (order kept within a dtype), for one table per dtype.
-std::map<DType, std::vector<const Tensor*>> by_dtype(const std::vector<Tensor>& ts) {
-  std::map<DType, std::vector<const Tensor*>> out;
-  for (const Tensor& t : ts) out[t.dtype()].push_back(&t);
-  return out;
-}
-
-std::vector<Entry> list_entries(const std::vector<const Tensor*>& ts) {
-  std::vector<Entry> es;
-  for (const Tensor* t : ts) {
-    Entry e;
-    e.ptr[0] = t->data_ptr();
-    e.numel = t->numel();
-    es.push_back(e);
-  }
-  return es;
-}
-
 }  // namespace
 
 void sgd_step(const SgdHyper& h, const std::vector<SgdTensors>& ts) {
   if (ts.empty()) return;
   const DType dt = ts.front().param.dtype();
-  std::vector<const Tensor*> all;
+  std::vector<const Tensor*> params, states;
   std::vector<Entry> es;
   const bool use_momentum = h.momentum != 0.0;
   for (const SgdTensors& s : ts) {
-    all.push_back(&s.param);
-    all.push_back(&s.grad);
-    if (use_momentum) all.push_back(&s.momentum_buffer);
+    params.push_back(&s.param);
+    params.push_back(&s.grad);
+    if (use_momentum) states.push_back(&s.momentum_buffer);
     Entry e;
     e.ptr[0] = s.param.data_ptr();
     e.ptr[1] = s.grad.data_ptr();
@@ -364,10 +280,10 @@ void sgd_step(const SgdHyper& h, const std::vector<SgdTensors>& ts) {
     e.c0 = s.first ? 1.0 : 0.0;
     es.push_back(e);
   }
-  const int dev = common_device("SGD::step", all, dt);
+  const int dev = common_device("SGD::step", params, states, dt);
   Guard guard(dev);
   cudaStream_t st = stream(dev);
-  auto run = [&]<class T>() {
+  dispatch_param(dt, "SGD::step", [&]<class P, class T>() {
     const SgdArgs<T> a{static_cast<T>(h.lr),
                        static_cast<T>(h.weight_decay),
                        static_cast<T>(h.momentum),
@@ -377,26 +293,21 @@ void sgd_step(const SgdHyper& h, const std::vector<SgdTensors>& ts) {
                        use_momentum,
                        h.nesterov};
     multi_tensor_apply<3, kSgdMaxT>(es, [&](const auto& tt, int blocks, int64_t) {
-      sgd_kernel<T><<<blocks, kBlockThreads, 0, st>>>(tt, a);
+      sgd_kernel<P, T><<<blocks, kBlockThreads, 0, st>>>(tt, a);
       check_launch();
     });
-  };
-  if (dt == DType::f32) {
-    run.template operator()<float>();
-  } else {
-    DLTRAIN_CHECK(dt == DType::f64, "SGD::step: CUDA parameters must be f32 or f64, got ", dt);
-    run.template operator()<double>();
-  }
+  });
 }
 
 void adam_step(const AdamHyper& h, const std::vector<AdamTensors>& ts) {
   if (ts.empty()) return;
   const DType dt = ts.front().param.dtype();
-  std::vector<const Tensor*> all;
+  std::vector<const Tensor*> params, states;
   std::vector<Entry> es;
   for (const AdamTensors& s : ts) {
-    all.insert(all.end(), {&s.param, &s.grad, &s.exp_avg, &s.exp_avg_sq});
-    if (h.amsgrad) all.push_back(&s.max_exp_avg_sq);
+    params.insert(params.end(), {&s.param, &s.grad});
+    states.insert(states.end(), {&s.exp_avg, &s.exp_avg_sq});
+    if (h.amsgrad) states.push_back(&s.max_exp_avg_sq);
     Entry e;
     e.ptr[0] = s.param.data_ptr();
     e.ptr[1] = s.grad.data_ptr();
@@ -411,10 +322,10 @@ void adam_step(const AdamHyper& h, const std::vector<AdamTensors>& ts) {
     e.c1 = std::sqrt(bc2);
     es.push_back(e);
   }
-  const int dev = common_device("Adam::step", all, dt);
+  const int dev = common_device("Adam::step", params, states, dt);
   Guard guard(dev);
   cudaStream_t st = stream(dev);
-  auto run = [&]<class T>() {
+  dispatch_param(dt, "Adam::step", [&]<class P, class T>() {
     const AdamArgs<T> a{static_cast<T>(1.0 - h.lr * h.weight_decay),
                         static_cast<T>(h.weight_decay),
                         static_cast<T>(h.beta1),
@@ -427,16 +338,10 @@ void adam_step(const AdamHyper& h, const std::vector<AdamTensors>& ts) {
                         h.weight_decay != 0.0,
                         h.amsgrad};
     multi_tensor_apply<5, kAdamMaxT>(es, [&](const auto& tt, int blocks, int64_t) {
-      adam_kernel<T><<<blocks, kBlockThreads, 0, st>>>(tt, a);
+      adam_kernel<P, T><<<blocks, kBlockThreads, 0, st>>>(tt, a);
       check_launch();
     });
-  };
-  if (dt == DType::f32) {
-    run.template operator()<float>();
-  } else {
-    DLTRAIN_CHECK(dt == DType::f64, "Adam::step: CUDA parameters must be f32 or f64, got ", dt);
-    run.template operator()<double>();
-  }
+  });
 }
 
 void grad_norm(const Tensor& norm, const Tensor& coef, const std::vector<Tensor>& grads,

@@ -1,6 +1,8 @@
 // The whole public API of dltrain.
 #pragma once
 
+#include "dltrain/amp/autocast.hpp"
+#include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/device.hpp"

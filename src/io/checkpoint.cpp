@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/generator.hpp"
@@ -217,6 +218,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
       write_state(file, "model", ckpt.model, tmp);
       write_state(file, "optimizer", ckpt.optimizer, tmp);
       write_state(file, "scheduler", ckpt.scheduler, tmp);
+      if (!ckpt.scaler.empty()) write_state(file, "scaler", ckpt.scaler, tmp);
       Hid meta = create_group(file, "metadata", tmp);
       for (const auto& [k, v] : ckpt.metadata) write_string_attr(meta, k, v, tmp);
       check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush the file");
@@ -272,6 +274,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.model = read_state(file, "model", path);
   c.optimizer = read_state(file, "optimizer", path);
   c.scheduler = read_state(file, "scheduler", path);
+  c.scaler = read_state(file, "scaler", path);
   if (H5Lexists(file, "metadata", H5P_DEFAULT) > 0) {
     Hid meta(check_id(H5Gopen2(file, "metadata", H5P_DEFAULT), path, "open /metadata"), H5Gclose);
     // H5Aiterate2 exists in HDF5 1.10 and later alike.
@@ -294,10 +297,19 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
                      const TrainingProgress& progress,
                      const std::map<std::string, std::string>& metadata,
                      const SaveOptions& options) {
+  save_checkpoint(path, model, optimizer, scheduler, nullptr, progress, metadata, options);
+}
+
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer, const optim::LRScheduler* scheduler,
+                     const amp::GradScaler* scaler, const TrainingProgress& progress,
+                     const std::map<std::string, std::string>& metadata,
+                     const SaveOptions& options) {
   Checkpoint c;
   c.model = model.state_dict();
   if (optimizer) c.optimizer = optimizer->state_dict();
   if (scheduler) c.scheduler = scheduler->state_dict();
+  if (scaler) c.scaler = scaler->state_dict();
   c.progress = progress;
   c.rng_seed = default_generator().seed();
   c.rng_offset = default_generator().offset();
@@ -308,7 +320,17 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
 TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
                                  optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
                                  bool restore_rng) {
+  return load_checkpoint(path, model, optimizer, scheduler, nullptr, restore_rng);
+}
+
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
+                                 optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                                 amp::GradScaler* scaler, bool restore_rng) {
   Checkpoint c = read_checkpoint(path);
+  if (scaler && !scaler->is_enabled()) scaler = nullptr;  // a pass-through has no state
+  DLTRAIN_CHECK(!scaler || !c.scaler.empty(), "load_checkpoint('", path,
+                "'): the file holds no GradScaler state (saved without one, or from a disabled "
+                "scaler); pass scaler = nullptr to resume with a fresh scale");
   DLTRAIN_CHECK(!optimizer || !c.optimizer.empty(), "load_checkpoint('", path,
                 "'): the file holds no optimizer state; pass optimizer = nullptr to load the "
                 "weights only");
@@ -323,10 +345,12 @@ TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
     model.load_state_dict(c.model);
     if (optimizer) optimizer->load_state_dict(c.optimizer);
     if (scheduler) scheduler->load_state_dict(c.scheduler);
+    if (scaler) scaler->load_state_dict(c.scaler);
   } catch (const Error& e) {
     model.load_state_dict(model_before);
     if (optimizer) optimizer->load_state_dict(opt_before);
     if (scheduler) scheduler->load_state_dict(sched_before);
+    // A scaler that rejects its state changes nothing (load_state_dict validates first).
     DLTRAIN_FAIL("load_checkpoint('", path, "'): ", e.what(), " Nothing was loaded.");
   }
   if (restore_rng) {

@@ -6,6 +6,7 @@
 
 #include "common.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/backend/cpu/cast.hpp"
 
 namespace dltrain::optim {
 
@@ -42,9 +43,13 @@ struct AdamCoeffs {
 // semantics (the build does not pass -fno-math-errno), which makes GCC guard it with a call
 // that blocks vectorisation of any loop containing it. So each chunk is processed in
 // L1-resident tiles of three passes: moments (vectorised), sqrt (scalar), parameter update
-// with its two divisions (vectorised): 2x faster than one scalar loop.
-template <class T, bool kDecoupled, bool kDecay, bool kAmsgrad>
-void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamCoeffs& c) {
+// with its two divisions (vectorised): 2x faster than one scalar loop. P is the parameter and
+// gradient type, T the moment and arithmetic type (float for f16/bf16 parameters, whose
+// decayed value is kept in a float tile so the parameter is rounded once).
+template <class P, class T, bool kDecoupled, bool kDecay, bool kAmsgrad>
+void adam_kernel(P* p, const P* g, T* m, T* v, T* vmax, int64_t n, const AdamCoeffs& c) {
+  using backend::cpu::cast;
+  constexpr bool kSame = std::is_same_v<P, T>;
   const T decay_factor = static_cast<T>(c.decay_factor), wd = static_cast<T>(c.wd),
           b1 = static_cast<T>(c.beta1), b2 = static_cast<T>(c.beta2),
           one_minus_b1 = static_cast<T>(1.0 - c.beta1),
@@ -54,18 +59,26 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamCoe
   parallel_for(0, n, detail::kGrain, [=](int64_t lo, int64_t hi) {
     constexpr int64_t kTile = 512;
     T root[kTile];
+    T pv[kSame ? 1 : kTile];  // the f16/bf16 parameter tile in float
     for (int64_t t0 = lo; t0 < hi; t0 += kTile) {
       const int64_t len = std::min(kTile, hi - t0);
-      T* __restrict pt = p + t0;
-      const T* __restrict gt = g + t0;
+      P* __restrict pt = p + t0;
+      const P* __restrict gt = g + t0;
       T* __restrict mt = m + t0;
       T* __restrict vt = v + t0;
+      T* __restrict pw;  // the parameter as updated in T
+      if constexpr (kSame) {
+        pw = pt;
+      } else {
+        pw = pv;
+        for (int64_t k = 0; k < len; ++k) pv[k] = cast<T>(pt[k]);
+      }
       for (int64_t k = 0; k < len; ++k) {
-        T d = sign * gt[k];
+        T d = sign * cast<T>(gt[k]);
         if constexpr (kDecoupled) {
-          pt[k] = pt[k] * decay_factor;
+          pw[k] = pw[k] * decay_factor;
         } else if constexpr (kDecay) {
-          d = d + wd * pt[k];
+          d = d + wd * pw[k];
         }
         mt[k] = mt[k] * b1 + one_minus_b1 * d;
         const T vk = vt[k] * b2 + one_minus_b2 * d * d;
@@ -82,8 +95,10 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamCoe
       for (int64_t k = 0; k < len; ++k) root[k] = std::sqrt(root[k]);
       for (int64_t k = 0; k < len; ++k) {
         const T denom = root[k] / bc2_sqrt + eps;
-        pt[k] = pt[k] + neg_step_size * (mt[k] / denom);
+        pw[k] = pw[k] + neg_step_size * (mt[k] / denom);
       }
+      if constexpr (!kSame)
+        for (int64_t k = 0; k < len; ++k) pt[k] = cast<P>(pv[k]);
     }
   });
 }
@@ -140,14 +155,14 @@ void Adam::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
   State& s = state_[i];
   const bool amsgrad = *group.amsgrad;
   if (s.step == 0) {
-    s.exp_avg = empty_state_like(param).zero_();
-    s.exp_avg_sq = empty_state_like(param).zero_();
+    s.exp_avg = detail::empty_state(param).zero_();
+    s.exp_avg_sq = detail::empty_state(param).zero_();
   } else {
     detail::match_param(s.exp_avg, param);
     detail::match_param(s.exp_avg_sq, param);
   }
   detail::match_param(s.max_exp_avg_sq, param);
-  if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = empty_state_like(param).zero_();
+  if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = detail::empty_state(param).zero_();
   s.step += 1;
   if (param.device().is_cuda()) {
     const auto [b1, b2] = *group.betas;
@@ -183,19 +198,18 @@ void Adam::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
                      .eps = *group.eps,
                      .sign = *group.maximize ? -1.0 : 1.0};
   const int64_t n = param.numel();
-  dispatch_floating(param.dtype(), "Adam::step", [&]<class T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      T* vmax = amsgrad ? s.max_exp_avg_sq.data<T>() : nullptr;
-      with_flag(decoupled_, [&](auto decoupled) {
-        with_flag(wd != 0.0, [&](auto decay) {
-          with_flag(amsgrad, [&](auto ams) {
-            adam_kernel<T, decltype(decoupled)::value, decltype(decay)::value,
-                        decltype(ams)::value>(param.data<T>(), grad.data<T>(), s.exp_avg.data<T>(),
-                                              s.exp_avg_sq.data<T>(), vmax, n, c);
-          });
+  dispatch_floating(param.dtype(), "Adam::step", [&]<class P>() {
+    using T = acc_t<P>;
+    T* vmax = amsgrad ? s.max_exp_avg_sq.data<T>() : nullptr;
+    with_flag(decoupled_, [&](auto decoupled) {
+      with_flag(wd != 0.0, [&](auto decay) {
+        with_flag(amsgrad, [&](auto ams) {
+          adam_kernel<P, T, decltype(decoupled)::value, decltype(decay)::value,
+                      decltype(ams)::value>(param.data<P>(), grad.data<P>(), s.exp_avg.data<T>(),
+                                            s.exp_avg_sq.data<T>(), vmax, n, c);
         });
       });
-    }
+    });
   });
 }
 

@@ -51,15 +51,28 @@ inline bool same_layout(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-/// Keeps an optimizer buffer of `param` in param's current dtype, device and layout: the fused
-/// passes address both with one flat offset, and Module::to(dtype|device|format) converts a
-/// parameter in place (same TensorImpl) after its buffers may have been made. A buffer that
+/// The dtype of a parameter's optimizer state and of its update arithmetic: f32 for f16/bf16
+/// parameters (pure low-precision training keeps f32 moments, and each element is rounded to
+/// the parameter's dtype once per step), the parameter's own dtype otherwise.
+inline DType state_dtype(DType param) {
+  return param == DType::f16 || param == DType::bf16 ? DType::f32 : param;
+}
+
+/// Uninitialised state buffer for `param`: its shape, strides and device, state_dtype.
+inline Tensor empty_state(const Tensor& param) {
+  return empty_strided(param.shape(), param.strides(),
+                       param.options().with_dtype(state_dtype(param.dtype())));
+}
+
+/// Keeps an optimizer buffer of `param` in param's current state dtype, device and layout: the
+/// fused passes address both with one flat offset, and Module::to(dtype|device|format) converts
+/// a parameter in place (same TensorImpl) after its buffers may have been made. A buffer that
 /// no longer matches is replaced by a converted copy (logical values kept).
 inline void match_param(Tensor& state, const Tensor& param) {
-  if (!state.defined() || (state.dtype() == param.dtype() && state.device() == param.device() &&
-                           same_layout(param, state)))
+  if (!state.defined() || (state.dtype() == state_dtype(param.dtype()) &&
+                           state.device() == param.device() && same_layout(param, state)))
     return;
-  Tensor t = empty_strided(param.shape(), param.strides(), param.options());
+  Tensor t = empty_state(param);
   t.copy_(state);
   state = t;
 }

@@ -168,9 +168,6 @@ void Optimizer::step() {
       const int64_t idx = i++;
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      DLTRAIN_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, name(), ": parameter ", idx,
-                    " has dtype ", p.dtype(), "; optimizers update f32 or f64 parameters ",
-                    "(keep f32 master weights under mixed precision)");
       DLTRAIN_CHECK(
           grad.dtype() == p.dtype() && grad.device() == p.device() && grad.shape() == p.shape(),
           name(), ": the gradient of parameter ", idx, " is ", grad.dtype(), " ",
@@ -285,7 +282,7 @@ Tensor Optimizer::load_buffer(const StateDict& state, const std::string& key, co
   DLTRAIN_CHECK(t.shape() == param.shape(), "Optimizer::load_state_dict: entry '", key,
                 "' has shape ", shape_str(t.shape()), " but its parameter has shape ",
                 shape_str(param.shape()), "; was the state saved for another model?");
-  Tensor out = empty_state_like(param);
+  Tensor out = detail::empty_state(param);
   out.copy_(t);
   return out;
 }

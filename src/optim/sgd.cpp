@@ -1,10 +1,10 @@
 #include "dltrain/optim/sgd.hpp"
 
 #include <cmath>
-#include <type_traits>
 
 #include "common.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/backend/cpu/cast.hpp"
 
 namespace dltrain::optim {
 
@@ -22,14 +22,17 @@ ParamGroup sgd_defaults(const SGDOptions& o) {
 }
 
 // The fused update. The flags are template parameters so each variant's loop has no
-// branches and vectorises; `sign` is +-1 (exact) for maximize.
-template <class T, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T momentum, T one_minus_damp,
+// branches and vectorises; `sign` is +-1 (exact) for maximize. P is the parameter and
+// gradient type, T the buffer and arithmetic type (the same except for f16/bf16 parameters).
+template <class P, class T, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_kernel(P* p, const P* g, T* buf, int64_t n, T lr, T wd, T momentum, T one_minus_damp,
                 T sign) {
+  using backend::cpu::cast;
   parallel_for(0, n, detail::kGrain, [=](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
-      T d = sign * g[k];
-      if constexpr (kDecay) d = d + wd * p[k];
+      const T pk = cast<T>(p[k]);
+      T d = sign * cast<T>(g[k]);
+      if constexpr (kDecay) d = d + wd * pk;
       if constexpr (kMomentum) {
         T b;
         if constexpr (kFirst) {
@@ -44,7 +47,7 @@ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, T lr, T wd, T momentum, T o
           d = b;
         }
       }
-      p[k] = p[k] - lr * d;
+      p[k] = cast<P>(pk - lr * d);
     }
   });
 }
@@ -96,7 +99,7 @@ void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor
   detail::match_param(buf, param);
   bool first = false;
   if (momentum != 0.0 && !buf.defined()) {
-    buf = empty_state_like(param);
+    buf = detail::empty_state(param);
     first = true;
   }
   if (param.device().is_cuda()) {
@@ -112,27 +115,25 @@ void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor
     return;
   }
   const int64_t n = param.numel();
-  dispatch_floating(param.dtype(), "SGD::step", [&]<class T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      T* p = param.data<T>();
-      const T* g = grad.data<T>();
-      T* b = momentum != 0.0 ? buf.data<T>() : nullptr;
-      const T lr = static_cast<T>(*group.lr), wd = static_cast<T>(*group.weight_decay),
-              mom = static_cast<T>(momentum),
-              one_minus_damp = static_cast<T>(1.0 - *group.dampening),
-              sign = *group.maximize ? T(-1) : T(1);
-      with_flag(*group.weight_decay != 0.0, [&](auto decay) {
-        with_flag(momentum != 0.0, [&](auto use_mom) {
-          with_flag(first, [&](auto is_first) {
-            with_flag(*group.nesterov, [&](auto nesterov) {
-              sgd_kernel<T, decltype(decay)::value, decltype(use_mom)::value,
-                         decltype(is_first)::value, decltype(nesterov)::value>(
-                  p, g, b, n, lr, wd, mom, one_minus_damp, sign);
-            });
+  dispatch_floating(param.dtype(), "SGD::step", [&]<class P>() {
+    using T = acc_t<P>;
+    P* p = param.data<P>();
+    const P* g = grad.data<P>();
+    T* b = momentum != 0.0 ? buf.data<T>() : nullptr;
+    const T lr = static_cast<T>(*group.lr), wd = static_cast<T>(*group.weight_decay),
+            mom = static_cast<T>(momentum), one_minus_damp = static_cast<T>(1.0 - *group.dampening),
+            sign = *group.maximize ? T(-1) : T(1);
+    with_flag(*group.weight_decay != 0.0, [&](auto decay) {
+      with_flag(momentum != 0.0, [&](auto use_mom) {
+        with_flag(first, [&](auto is_first) {
+          with_flag(*group.nesterov, [&](auto nesterov) {
+            sgd_kernel<P, T, decltype(decay)::value, decltype(use_mom)::value,
+                       decltype(is_first)::value, decltype(nesterov)::value>(
+                p, g, b, n, lr, wd, mom, one_minus_damp, sign);
           });
         });
       });
-    }
+    });
   });
 }
 

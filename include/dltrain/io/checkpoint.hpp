@@ -2,18 +2,18 @@
 // cannot destroy.
 //
 // A checkpoint holds the model's parameters and buffers under their state-dict names,
-// the optimizer's and the LR scheduler's StateDicts, the training position (epoch,
-// global step, batches already done in the epoch), the default random generator's
-// (seed, offset), a free-form string map, the dltrain version and the file-format
-// version. Layout: root attributes for the scalars, groups /model, /optimizer,
-// /scheduler holding one dataset per tensor (named by its key, in insertion order,
-// with a "dtype" attribute; f16/bf16 as their 16-bit patterns) and /metadata holding
-// string attributes.
+// the optimizer's, the LR scheduler's and the GradScaler's StateDicts, the training position
+// (epoch, global step, batches already done in the epoch), the default random generator's (seed,
+// offset), a free-form string map, the dltrain version and the file-format version. Layout: root
+// attributes for the scalars, groups /model, /optimizer, /scheduler and /scaler holding one dataset
+// per tensor (named by its key, in insertion order, with a "dtype" attribute; f16/bf16 as their
+// 16-bit patterns) and /metadata holding string attributes. /scaler is absent when no scaler was
+// saved (and in files written before it existed, which load unchanged).
 //
 // Invariants: a save writes a temporary file in the target's directory, flushes it to
 // disk and renames it over the target, so a process killed at any moment leaves the
 // previous checkpoint intact; a load reads and checks the whole file before changing
-// anything, and restores the previous state of model, optimizer and scheduler if any
+// anything, and restores the previous state of model, optimizer, scheduler and scaler if any
 // of them rejects its part, so nothing is ever partly loaded. Tensors are saved from
 // any device and memory format as row-major CPU data and load into whatever device
 // and format the receiving model uses. Without HDF5 at build time every function
@@ -27,6 +27,9 @@
 #include "dltrain/core/state_dict.hpp"
 
 namespace dltrain {
+namespace amp {
+class GradScaler;
+}
 namespace nn {
 class Module;
 }
@@ -54,6 +57,8 @@ struct TrainingProgress {
 /// The whole content of a checkpoint file, as plain data.
 struct Checkpoint {
   StateDict model, optimizer, scheduler;
+  /// GradScaler state (empty when none was saved, or the scaler was disabled).
+  StateDict scaler;
   TrainingProgress progress;
   /// The default generator's state (Generator::seed / offset).
   uint64_t rng_seed = 0, rng_offset = 0;
@@ -87,6 +92,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
                      const std::map<std::string, std::string>& metadata = {},
                      const SaveOptions& options = {});
 
+/// save_checkpoint with a GradScaler's state too (`scaler` may be null; a disabled scaler saves
+/// nothing, as its state_dict is empty).
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer, const optim::LRScheduler* scheduler,
+                     const amp::GradScaler* scaler, const TrainingProgress& progress,
+                     const std::map<std::string, std::string>& metadata = {},
+                     const SaveOptions& options = {});
+
 /// Loads a checkpoint into `model` (strict: every key must match in name and shape) and, when
 /// given, `optimizer` and `scheduler`; restores the default generator when `restore_rng`.
 /// Returns the saved progress. On any error nothing is changed (see the file comment).
@@ -94,5 +107,12 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
 TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
                                  optim::Optimizer* optimizer = nullptr,
                                  optim::LRScheduler* scheduler = nullptr, bool restore_rng = true);
+
+/// load_checkpoint that also restores `scaler` (when not null). An enabled scaler needs a file
+/// that holds scaler state (else dltrain::Error: save it, or pass nullptr to resume with a
+/// fresh scale); a disabled scaler ignores what the file holds.
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
+                                 optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                                 amp::GradScaler* scaler, bool restore_rng = true);
 
 }  // namespace dltrain::io

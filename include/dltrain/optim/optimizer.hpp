@@ -15,7 +15,10 @@
 // state must be dense (no holes, no overlap) and share one layout: contiguous and
 // channels-last parameters both qualify. A gradient laid out differently from its parameter
 // is copied into the parameter's layout first (correct, slower); a non-dense parameter (a
-// strided view) raises dltrain::Error. CUDA parameters are updated by multi-tensor kernels
+// strided view) raises dltrain::Error. f16 and bf16 parameters (pure low-precision training;
+// under mixed precision keep f32 master weights instead) have f32 state, and their update is
+// computed in f32 and rounded to the parameter's dtype once. CUDA parameters are updated by
+// multi-tensor kernels
 // (one launch per parameter group, device and dtype; the tensor table travels in the kernel
 // parameters) with the CPU update's arithmetic. Every parameter is validated before any is
 // updated, so a rejected step changes nothing.
@@ -87,8 +90,8 @@ class Optimizer {
 
   /// Updates every parameter that has a gradient (parameters without one are skipped and
   /// their state does not advance). Runs without recording autograd. Throws dltrain::Error
-  /// (before updating anything) for a dtype other than f32/f64, a gradient whose dtype,
-  /// device or shape differs from its parameter, or a non-dense parameter.
+  /// (before updating anything) for a gradient whose dtype, device or shape differs from its
+  /// parameter, or a non-dense parameter.
   void step();
   /// Clears gradients: drops them (set_to_none, the default, as PyTorch 2) or fills with 0.
   void zero_grad(bool set_to_none = true);
@@ -118,8 +121,8 @@ class Optimizer {
 
   /// Throws dltrain::Error for an invalid or foreign hyper-parameter of adopted group `g`.
   virtual void validate_group(const ParamGroup& group, int64_t g) const = 0;
-  /// Updates parameter `i` of `group` in place. `param` and `grad` are dense, on the CPU,
-  /// of the same dtype (f32 or f64) and laid out alike; numel() > 0.
+  /// Updates parameter `i` of `group` in place. `param` and `grad` are dense, of the same
+  /// floating dtype and laid out alike; numel() > 0.
   virtual void update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor& grad) = 0;
   /// Names of the per-parameter state entries (without the `state.<i>.` prefix).
   virtual std::vector<std::string> state_names() const = 0;
@@ -129,8 +132,9 @@ class Optimizer {
   /// `groups` are the groups being loaded). Must throw before changing anything.
   virtual void load_state(const StateDict& state, const std::vector<ParamGroup>& groups) = 0;
 
-  /// Copy of saved tensor `key` converted to `param`'s dtype, device and layout; throws
-  /// when its shape differs from the parameter's.
+  /// Copy of saved tensor `key` converted to `param`'s state dtype (f32 for f16/bf16
+  /// parameters, else the parameter's), device and layout; throws when its shape differs from
+  /// the parameter's.
   static Tensor load_buffer(const StateDict& state, const std::string& key, const Tensor& param);
   /// Uninitialised tensor with `param`'s shape, strides, dtype and device.
   static Tensor empty_state_like(const Tensor& param);
