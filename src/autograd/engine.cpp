@@ -22,7 +22,38 @@ namespace dltrain::autograd {
 namespace {
 std::atomic<uint64_t> g_seq{0};
 thread_local bool t_grad_enabled = true;
+// Callbacks queued during the backward pass running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// Installs a callback list for one backward() call and restores the outer one after
+// (a backward run from inside a hook has its own list).
+class CallbackScope {
+ public:
+  CallbackScope() : prev_(t_callbacks) { t_callbacks = &list_; }
+  ~CallbackScope() { t_callbacks = prev_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+  // Runs the callbacks in order, including any that a callback queues.
+  void run() {
+    for (size_t i = 0; i < list_.size(); ++i) {
+      auto fn = std::move(list_[i]);
+      fn();
+    }
+    list_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>> list_;
+  std::vector<std::function<void()>>* prev_;
+};
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  DLTRAIN_CHECK(t_callbacks != nullptr,
+                "autograd::queue_callback: no backward pass is running "
+                "on this thread; call it from a gradient hook or a backward function");
+  t_callbacks->push_back(std::move(fn));
+}
 
 bool grad_mode_enabled() { return t_grad_enabled; }
 void set_grad_mode(bool enabled) { t_grad_enabled = enabled; }
@@ -115,6 +146,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   DLTRAIN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ",
                 grads.size(), " gradients; pass one gradient (or an undefined Tensor) per root");
   NoGradGuard no_grad;  // backward formulas do not record (no double backward)
+  CallbackScope callbacks;
   // Backward formulas run in the dtypes forward chose, never autocast again; and the weight
   // casts cached by autocast are dropped, as an optimizer step may follow.
   amp::detail::BackwardScope amp_scope;
@@ -199,6 +231,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (--state[e.node.get()].deps == 0) ready.push(e.node.get());
     }
   }
+  callbacks.run();
 }
 
 }  // namespace dltrain::autograd

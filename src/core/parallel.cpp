@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
+
 #include "dltrain/core/error.hpp"
 
 namespace dltrain {
@@ -23,6 +25,7 @@ namespace dltrain {
 namespace {
 
 thread_local bool t_in_parallel = false;
+std::atomic<bool> g_explicit{false};
 
 int default_threads() {
   if (const char* env = std::getenv("DLTRAIN_NUM_THREADS")) {
@@ -30,10 +33,10 @@ int default_threads() {
     long v = std::strtol(env, &end, 10);
     DLTRAIN_CHECK(end != env && *end == '\0' && v >= 1 && v <= 4096, "DLTRAIN_NUM_THREADS='", env,
                   "' is not a positive thread count; set it to an integer such as 4, or unset it");
+    g_explicit = true;
     return static_cast<int>(v);
   }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  return usable_cpus();
 }
 
 class Pool {
@@ -144,6 +147,26 @@ Pool& pool() {
 
 }  // namespace
 
+int usable_cpus() {
+  int n = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  // Slurm may give a task fewer CPUs than its affinity mask shows (no task binding).
+  if (const char* env = std::getenv("SLURM_CPUS_PER_TASK")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1)
+      n = n > 0 ? std::min<int>(n, static_cast<int>(v)) : static_cast<int>(v);
+  }
+  return std::max(n, 1);
+}
+
+bool num_threads_set_explicitly() {
+  get_num_threads();  // reads DLTRAIN_NUM_THREADS once
+  return g_explicit.load();
+}
+
 int get_num_threads() {
   int n = g_threads.load();
   if (n == 0) {
@@ -155,6 +178,7 @@ int get_num_threads() {
 
 void set_num_threads(int n) {
   DLTRAIN_CHECK(n >= 1, "set_num_threads(", n, "): the thread count must be at least 1");
+  g_explicit = true;
   g_threads.store(n);
   if (pool().size() != n) pool().resize(n);
 }

@@ -10,6 +10,8 @@
 #include "dltrain/ops/linalg.hpp"
 #include "dltrain/ops/norm.hpp"
 #include "dltrain/ops/pool.hpp"
+#include "dltrain/ops/reduction.hpp"
+#include "dltrain/ops/shape.hpp"
 
 namespace dltrain::nn {
 
@@ -136,6 +138,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
                 shape_str(x.shape()));
   DLTRAIN_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): input has ",
                 x.size(1), " channels (shape ", shape_str(x.shape()), ")");
+  if (is_training() && sync_stats) return forward_synced(x);
   bool use_batch_stats = is_training() || !options.track_running_stats;
   double factor = options.momentum.value_or(0.0);
   if (is_training() && options.track_running_stats) {
@@ -147,6 +150,48 @@ Tensor BatchNorm::forward(const Tensor& x) {
   Tensor rm = options.track_running_stats ? running_mean : Tensor();
   Tensor rv = options.track_running_stats ? running_var : Tensor();
   return batch_norm(x, weight, bias, rm, rv, use_batch_stats, factor, options.eps);
+}
+
+// The global batch's statistics from sums that sync_stats adds up over the ranks, written
+// with differentiable ops (the backward of the sum over ranks is a sum over ranks). The sums
+// are shifted by the running mean, the same on every rank, so that E[(x-k)^2] - E[x-k]^2 does
+// not cancel catastrophically once the mean has been learnt; 16-bit inputs compute in f32.
+Tensor BatchNorm::forward_synced(const Tensor& x) {
+  const int64_t c = num_features;
+  Shape dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  Shape bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = c;
+  const bool low = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
+  Tensor xf = low ? x.to(DType::f32) : x;
+  Tensor shift =
+      options.track_running_stats ? running_mean.detach().to(xf.dtype()) : zeros({c}, xf.options());
+  Tensor xc = sub(xf, shift.view(bshape));
+  const double local_n = static_cast<double>(x.numel() / c);
+  Tensor global =
+      sync_stats(cat({sum(xc, dims), sum(mul(xc, xc), dims), full({1}, local_n, xf.options())}));
+  DLTRAIN_CHECK(global.defined() && global.dim() == 1 && global.size(0) == 2 * c + 1, type_name(),
+                ": sync_stats must return the summed [", 2 * c + 1, "] statistics");
+  const double n = global.narrow(0, 2 * c, 1).item<double>();
+  DLTRAIN_CHECK(n > 1, type_name(),
+                ": expected more than 1 value per channel over all ranks "
+                "when training, got ",
+                n);
+  Tensor mean_c = div(global.narrow(0, 0, c), n);
+  Tensor var = sub(div(global.narrow(0, c, c), n), mul(mean_c, mean_c));
+  Tensor mean = add(mean_c, shift);
+  Tensor y = mul(sub(xf, mean.view(bshape)), rsqrt(add(var, options.eps)).view(bshape));
+  if (options.affine) y = add(mul(y, weight.view(bshape)), bias.view(bshape));
+  if (options.track_running_stats) {
+    autograd::NoGradGuard ng;
+    add_(num_batches_tracked, 1.0);
+    const double m =
+        options.momentum ? *options.momentum : 1.0 / num_batches_tracked.item<double>();
+    running_mean.copy_(add(mul(running_mean, 1.0 - m), mul(mean.detach(), m)));
+    running_var.copy_(add(mul(running_var, 1.0 - m), mul(var.detach(), m * n / (n - 1))));
+  }
+  if (low) y = y.to(x.dtype());
+  return x.dim() == 4 ? y.contiguous(x.suggest_memory_format()) : y;
 }
 
 std::string BatchNorm::extra_repr() const {

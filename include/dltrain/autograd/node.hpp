@@ -111,6 +111,11 @@ void record(const char* name, const std::vector<Tensor>& inputs, const std::vect
 /// The edge through which a gradient for `t` flows (its grad_fn, or its leaf accumulator).
 Edge gradient_edge(const Tensor& t);
 
+/// Queues `fn` to run on this thread when the backward pass now running has processed its
+/// last node (before backward() returns). Only valid from inside backward (a hook or a
+/// node); DDP uses it to finish gradient reduction. Throws outside backward.
+void queue_callback(std::function<void()> fn);
+
 /// Runs backward from `roots` seeded with `grads` (undefined = ones for one-element roots).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph = false);

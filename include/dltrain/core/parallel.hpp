@@ -1,15 +1,23 @@
 // The CPU thread pool every CPU kernel runs on.
 //
-// Its size is DLTRAIN_NUM_THREADS (default: std::thread::hardware_concurrency)
-// and can be changed at run time with set_num_threads. parallel_for splits a
-// range into at most num_threads() contiguous chunks; a call made from inside
-// a pool task runs inline, so kernels may nest without deadlock.
+// Its size is DLTRAIN_NUM_THREADS (default: usable_cpus(), the CPUs this process may run
+// on, not the node's core count) and can be changed at run time with set_num_threads. parallel_for
+// splits a range into at most num_threads() contiguous chunks; a call made from inside a pool task
+// runs inline, so kernels may nest without deadlock.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
 namespace dltrain {
+
+/// Number of CPUs this process may run on: its affinity mask (sched_getaffinity, which
+/// mpirun/srun binding and taskset narrow), capped by SLURM_CPUS_PER_TASK when that is set.
+/// At least 1.
+int usable_cpus();
+/// True when DLTRAIN_NUM_THREADS or set_num_threads chose the thread count explicitly
+/// (distributed::init then leaves it alone).
+bool num_threads_set_explicitly();
 
 /// Number of threads CPU kernels use.
 int get_num_threads();

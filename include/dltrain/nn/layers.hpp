@@ -4,6 +4,7 @@
 // fields (weight, bias, running_mean, ...) for direct access.
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "dltrain/nn/module.hpp"
@@ -67,8 +68,15 @@ class BatchNorm : public Module {
   int64_t num_features;
   BatchNormOptions options;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  /// Cross-replica statistics (SyncBatchNorm). When set, training forwards pass the
+  /// per-channel sums [sum(x - k) (C), sum((x - k)^2) (C), count (1)], with k the running
+  /// mean (equal on every rank), through this function, which must return their sum over the
+  /// data-parallel ranks and be differentiable; normalisation then uses the global batch's
+  /// statistics. distributed::convert_sync_batchnorm and distributed::SyncBatchNorm set it.
+  std::function<Tensor(const Tensor&)> sync_stats;
 
  private:
+  Tensor forward_synced(const Tensor& x);
   std::vector<int64_t> expected_dims_;
 };
 

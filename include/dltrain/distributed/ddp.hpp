@@ -1,0 +1,133 @@
+// DistributedDataParallel: data-parallel training with gradient reduction overlapped with
+// backward, and SyncBatchNorm.
+//
+// DDP wraps a model. At construction it checks that every rank holds the same parameters
+// (names, shapes, dtypes; a mismatch names the first differing parameter and the ranks) and
+// broadcasts parameters and buffers from rank 0. Trainable parameters are packed, in reverse
+// registration order (roughly the order backward produces their gradients), into buckets of
+// one dtype and device: the first of first_bucket_cap_mb, the others of bucket_cap_mb. A
+// gradient hook on each parameter copies its final gradient into its bucket; when a bucket
+// is full its all-reduce (average) is launched at once, asynchronously, in bucket order on
+// every rank, so communication runs while backward computes the remaining gradients. When
+// backward ends, a callback waits for the buckets and writes the averaged gradients back
+// (with gradient_as_bucket_view the gradients are views into the buckets and nothing is
+// copied). Buckets are launched strictly in order on every rank, so ranks never issue
+// collectives in different orders.
+//
+// The averaged gradient equals the gradient of the mean loss over the global batch when
+// each rank's loss is a mean over its own batch of equal size (what DistributedSampler
+// gives). no_sync() skips the reduction for gradient accumulation: gradients accumulate
+// locally, and the next synchronised backward reduces the accumulated sums.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dltrain/distributed/process_group.hpp"
+#include "dltrain/nn/layers.hpp"
+#include "dltrain/nn/module.hpp"
+
+namespace dltrain::distributed {
+
+struct DDPOptions {
+  /// The group to reduce over; null = default_group().
+  ProcessGroup* group = nullptr;
+  /// Bucket sizes in MiB (PyTorch's defaults).
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;
+  /// Broadcast rank 0's buffers (BatchNorm running statistics) at every training forward.
+  bool broadcast_buffers = true;
+  /// Allow parameters that get no gradient in a step (found by walking the graph from the
+  /// forward's output; they are reduced as zeros). Without it such a parameter is an error.
+  bool find_unused_parameters = false;
+  /// Make each parameter's .grad() a view into its bucket (no copies; zero_grad keeps it).
+  bool gradient_as_bucket_view = false;
+  /// Launch each bucket as soon as it is full (the point of DDP). False launches them all
+  /// after backward, which only benchmarks want (to measure what overlap hides).
+  bool overlap = true;
+};
+
+class DistributedDataParallel {
+ public:
+  /// Wraps `module` (see the file comment). Throws dltrain::Error on every rank when the
+  /// ranks' parameters differ.
+  explicit DistributedDataParallel(std::shared_ptr<nn::Module> module, DDPOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  /// Broadcasts buffers when asked, prepares the reduction of the coming backward and runs
+  /// the module.
+  Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  /// The wrapped model (its state_dict has the model's own names, without a "module." prefix).
+  nn::Module& module() { return *module_; }
+  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
+  ProcessGroup& group() const { return *group_; }
+
+  /// Disables gradient reduction while alive (gradient accumulation over micro-batches).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  /// One bucket: its dtype, element count and parameter names, in launch order.
+  struct BucketInfo {
+    DType dtype;
+    Device device;
+    int64_t numel = 0;
+    std::vector<std::string> parameters;
+  };
+  std::vector<BucketInfo> buckets() const;
+
+  /// Seconds the last backward spent, after its last node, waiting for communication
+  /// (communication that overlap did not hide).
+  double last_wait_seconds() const;
+
+  struct Reducer;
+
+ private:
+  std::shared_ptr<nn::Module> module_;
+  DDPOptions options_;
+  ProcessGroup* group_;
+  std::shared_ptr<Reducer> reducer_;
+};
+
+/// A differentiable all-reduce (sum): forward sums `x` over the group's ranks, backward sums
+/// the incoming gradients over the ranks (the gradient of every rank's loss with respect to
+/// its input). Blocks until the result is ready.
+Tensor all_reduce_with_grad(const Tensor& x, ProcessGroup& group);
+
+/// BatchNorm whose training statistics are those of the global batch: per-channel sums over
+/// the group's ranks (one all-reduce of 2C + 1 values per forward, one per backward), inputs
+/// [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W]. In eval mode it is plain BatchNorm.
+/// Running statistics are updated identically on every rank.
+class SyncBatchNorm : public nn::BatchNorm {
+ public:
+  /// `group` null = default_group() at forward time.
+  explicit SyncBatchNorm(int64_t num_features, const nn::BatchNormOptions& options = {},
+                         ProcessGroup* group = nullptr, TensorOptions opts = TensorOptions());
+};
+
+/// Makes a BatchNorm synchronised over `group` (null = default_group() at forward time) by
+/// setting its sync_stats (nn::BatchNorm).
+void make_sync_batchnorm(nn::BatchNorm& bn, ProcessGroup* group = nullptr);
+
+/// Synchronises every BatchNorm in `module` (recursively) over `group`, in place: the modules,
+/// parameters and buffers stay the same objects, so optimizers built before keep working and
+/// models that hold their layers in typed fields (ResNet's bn1) are converted too. Returns
+/// `module`. Call it before wrapping the model in DistributedDataParallel.
+std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> module,
+                                                   ProcessGroup* group = nullptr);
+
+}  // namespace dltrain::distributed

@@ -1,0 +1,422 @@
+// DistributedDataParallel's reducer and SyncBatchNorm (see include/dltrain/distributed/ddp.hpp).
+//
+// Invariants of the reducer: buckets are launched strictly in index order (next_bucket_), so
+// every rank issues the same all-reduces in the same order whatever order its hooks fire in;
+// a round (one synchronised backward) starts at the first hook and ends in the engine's
+// end-of-backward callback, which always waits for every launched bucket before it returns
+// or throws, so no collective outlives the round that launched it.
+#include "dltrain/distributed/ddp.hpp"
+
+#include <chrono>
+#include <set>
+#include <unordered_set>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/reduction.hpp"
+#include "dltrain/ops/shape.hpp"
+
+namespace dltrain::distributed {
+
+namespace {
+
+// A view of `numel(like)` elements of `flat` at `offset`, laid out like `like` when `like`
+// is dense (so copying a channels-last gradient into it is a straight copy).
+Tensor bucket_view(const Tensor& flat, int64_t offset, const Tensor& like) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = flat.storage();
+  impl->dtype = flat.dtype();
+  impl->offset = flat.storage_offset() + offset;
+  impl->shape = like.shape();
+  impl->strides =
+      like.dim() == 4 && like.is_contiguous(MemoryFormat::ChannelsLast) && !like.is_contiguous()
+          ? channels_last_strides(like.shape())
+          : contiguous_strides(like.shape());
+  return Tensor(impl);
+}
+
+// Rank 0's string on every rank.
+std::string broadcast_string(ProcessGroup& g, const std::string& s) {
+  const TensorOptions i64 = TensorOptions(DType::i64).with_device(g.tensor_device());
+  Tensor len = full({1}, static_cast<double>(s.size()), i64);
+  g.broadcast(len, 0).wait();
+  const int64_t n = len.item<int64_t>();
+  std::vector<uint8_t> bytes(s.begin(), s.end());
+  bytes.resize(static_cast<size_t>(n));
+  Tensor t = from_vector(bytes, {n}).to(g.tensor_device());
+  if (n > 0) g.broadcast(t, 0).wait();
+  auto v = t.to_vector<uint8_t>();
+  return std::string(v.begin(), v.end());
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = s.find('\n', start);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string signature(const nn::Module& m) {
+  std::string sig;
+  for (const auto& [name, t] : m.named_parameters())
+    sig += "parameter '" + name + "' " + shape_str(t.shape()) + " " + dtype_name(t.dtype()) +
+           (t.requires_grad() ? "" : " (frozen)") + "\n";
+  for (const auto& [name, t] : m.named_buffers())
+    sig += "buffer '" + name + "' " + shape_str(t.shape()) + " " + dtype_name(t.dtype()) + "\n";
+  return sig;
+}
+
+}  // namespace
+
+// --- the reducer ---------------------------------------------------------------------------
+
+struct DistributedDataParallel::Reducer {
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    size_t bucket = 0;
+    Tensor view;
+  };
+  struct Bucket {
+    Tensor buffer;
+    std::vector<size_t> params;
+    size_t pending = 0;
+    Work work;
+    bool launched = false;
+  };
+
+  ProcessGroup* group = nullptr;
+  DDPOptions opt;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  bool sync = true;
+  bool round_active = false;
+  std::vector<char> ready;
+  size_t next_bucket = 0;
+  std::vector<size_t> unused_next;  // found by forward's graph walk (find_unused_parameters)
+  double last_wait = 0;
+
+  void on_grad(size_t i, const Tensor& grad) {
+    if (!sync) return;
+    if (!round_active) start_round();
+    Param& p = params[i];
+    Bucket& b = buckets[p.bucket];
+    DLTRAIN_CHECK(!b.launched, "DistributedDataParallel: parameter '", p.name,
+                  "' got a gradient after its bucket was reduced (was it marked unused by "
+                  "find_unused_parameters, or used twice in one backward?)");
+    if (grad.data_ptr() != p.view.data_ptr()) p.view.copy_(grad);
+    if (!ready[i]) mark_ready(i);
+  }
+
+  void start_round() {
+    round_active = true;
+    std::fill(ready.begin(), ready.end(), 0);
+    for (auto& b : buckets) {
+      b.pending = b.params.size();
+      b.launched = false;
+      b.work = Work();
+    }
+    next_bucket = 0;
+    std::weak_ptr<bool> alive = alive_;
+    autograd::queue_callback([this, alive] {
+      if (!alive.expired()) finish_round();
+    });
+    for (size_t i : unused_next) {
+      params[i].view.zero_();
+      mark_ready(i);
+    }
+    unused_next.clear();
+  }
+
+  void mark_ready(size_t i) {
+    ready[i] = 1;
+    Bucket& b = buckets[params[i].bucket];
+    if (--b.pending == 0 && opt.overlap) launch_in_order();
+  }
+
+  void launch_in_order() {
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
+      Bucket& b = buckets[next_bucket++];
+      b.work = group->all_reduce(b.buffer, ReduceOp::Avg);
+      b.launched = true;
+    }
+  }
+
+  void wait_launched() {
+    for (auto& b : buckets)
+      if (b.launched) b.work.wait();
+  }
+
+  void finish_round() {
+    round_active = false;
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!ready[i]) missing.push_back(params[i].name);
+    if (!missing.empty() && !opt.find_unused_parameters) {
+      wait_launched();
+      std::string names;
+      for (size_t k = 0; k < missing.size() && k < 10; ++k)
+        names += (k ? ", " : "") + std::string("'") + missing[k] + "'";
+      if (missing.size() > 10) names += ", ... (" + std::to_string(missing.size()) + " in all)";
+      DLTRAIN_FAIL("DistributedDataParallel: ", missing.size(),
+                   " parameter(s) got no gradient in this backward: ", names,
+                   ". Every rank must reduce every bucket; if the model does not use them in "
+                   "every step, construct DDP with find_unused_parameters = true, or mark them "
+                   "requires_grad_(false)");
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (ready[i]) continue;
+      params[i].view.zero_();
+      ready[i] = 1;
+      --buckets[params[i].bucket].pending;
+    }
+    launch_in_order();
+    const auto t0 = std::chrono::steady_clock::now();
+    wait_launched();
+    last_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (Param& p : params) {
+      Tensor g = p.tensor.grad();
+      if (opt.gradient_as_bucket_view) {
+        if (!g.defined() || g.data_ptr() != p.view.data_ptr()) p.tensor.set_grad(p.view);
+      } else if (g.defined()) {
+        g.copy_(p.view);
+      } else {
+        p.tensor.set_grad(p.view.clone());
+      }
+    }
+  }
+
+  // Gradients as bucket views before backward: zeroed where they were cleared.
+  void attach_views() {
+    for (Bucket& b : buckets) {
+      bool all_cleared = true;
+      for (size_t i : b.params) all_cleared = all_cleared && !params[i].tensor.grad().defined();
+      if (all_cleared) b.buffer.zero_();
+      for (size_t i : b.params) {
+        Param& p = params[i];
+        Tensor g = p.tensor.grad();
+        if (g.defined() && g.data_ptr() == p.view.data_ptr()) continue;
+        if (g.defined())
+          p.view.copy_(g);
+        else if (!all_cleared)
+          p.view.zero_();
+        p.tensor.set_grad(p.view);
+      }
+    }
+  }
+
+  // Parameters the graph of `out` does not reach.
+  void find_unused(const Tensor& out) {
+    std::unordered_set<const TensorImpl*> reached;
+    std::unordered_set<const autograd::Node*> seen;
+    std::vector<std::shared_ptr<autograd::Node>> stack;
+    if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn());
+    while (!stack.empty()) {
+      auto n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n.get()).second) continue;
+      if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(n.get()))
+        reached.insert(acc->leaf().get());
+      for (const auto& e : n->next_edges())
+        if (e.node) stack.push_back(e.node);
+    }
+    unused_next.clear();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!reached.count(params[i].tensor.impl().get())) unused_next.push_back(i);
+  }
+
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+// --- DistributedDataParallel ------------------------------------------------------------------
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 DDPOptions options)
+    : module_(std::move(module)), options_(options) {
+  DLTRAIN_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
+  DLTRAIN_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
+                "DistributedDataParallel: bucket caps must be positive, got ",
+                options_.first_bucket_cap_mb, " and ", options_.bucket_cap_mb, " MiB");
+  group_ = options_.group ? options_.group : &default_group();
+  ProcessGroup& g = *group_;
+
+  // 1. Every rank must hold the same model: compare with rank 0's description.
+  const std::string mine = signature(*module_);
+  const std::string theirs = broadcast_string(g, mine);
+  std::string difference;
+  if (mine != theirs) {
+    auto a = lines(mine), b = lines(theirs);
+    for (size_t i = 0; i < std::max(a.size(), b.size()) && difference.empty(); ++i) {
+      const std::string x = i < a.size() ? a[i] : "(nothing)";
+      const std::string y = i < b.size() ? b[i] : "(nothing)";
+      if (x != y)
+        difference = "entry " + std::to_string(i) + " is " + x + " on rank " +
+                     std::to_string(g.rank()) + " but " + y + " on rank 0";
+    }
+  }
+  Tensor flags = zeros({g.size()}, TensorOptions(DType::i32).with_device(g.tensor_device()));
+  Tensor flag = full({1}, difference.empty() ? 0.0 : 1.0,
+                     TensorOptions(DType::i32).with_device(g.tensor_device()));
+  g.all_gather(flags, flag).wait();
+  std::string bad;
+  for (int r = 0; auto v : flags.to_vector<int32_t>()) {
+    if (v) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    ++r;
+  }
+  DLTRAIN_CHECK(
+      bad.empty(), "DistributedDataParallel: the model differs between ranks (rank(s) ", bad,
+      " differ from rank 0)",
+      difference.empty() ? std::string("; see their message") : std::string(": ") + difference,
+      ". Build the same model on every rank before wrapping it");
+
+  // 2. Rank 0's values everywhere.
+  {
+    NoGradGuard ng;
+    std::vector<Work> works;
+    for (const auto& t : module_->parameters()) works.push_back(g.broadcast(t, 0));
+    for (const auto& t : module_->buffers()) works.push_back(g.broadcast(t, 0));
+    for (auto& w : works) w.wait();
+  }
+
+  // 3. Buckets over the trainable parameters, in reverse registration order.
+  reducer_ = std::make_shared<Reducer>();
+  Reducer& r = *reducer_;
+  r.group = group_;
+  r.opt = options_;
+  auto named = module_->named_parameters();
+  std::vector<int64_t> bucket_bytes, bucket_cap;
+  std::vector<std::pair<DType, Device>> bucket_key;
+  std::vector<std::vector<std::pair<size_t, int64_t>>> members;  // (param, offset)
+  for (auto it = named.rbegin(); it != named.rend(); ++it) {
+    const Tensor& t = it->second;
+    if (!t.requires_grad()) continue;
+    const size_t pi = r.params.size();
+    r.params.push_back({it->first, t, 0, Tensor()});
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    // The open bucket of this dtype and device is the last one created with that key.
+    std::optional<size_t> open;
+    for (size_t b = bucket_key.size(); b-- > 0;)
+      if (bucket_key[b] == std::make_pair(t.dtype(), t.device())) {
+        open = b;
+        break;
+      }
+    if (!open || (bucket_bytes[*open] > 0 && bucket_bytes[*open] + bytes > bucket_cap[*open])) {
+      const double cap_mb =
+          bucket_key.empty() ? options_.first_bucket_cap_mb : options_.bucket_cap_mb;
+      bucket_key.emplace_back(t.dtype(), t.device());
+      bucket_bytes.push_back(0);
+      bucket_cap.push_back(static_cast<int64_t>(cap_mb * 1024 * 1024));
+      members.emplace_back();
+      open = bucket_key.size() - 1;
+    }
+    members[*open].emplace_back(pi, bucket_bytes[*open] / static_cast<int64_t>(t.element_size()));
+    bucket_bytes[*open] += bytes;
+  }
+  for (size_t b = 0; b < members.size(); ++b) {
+    Reducer::Bucket bucket;
+    const int64_t numel = bucket_bytes[b] / static_cast<int64_t>(dtype_size(bucket_key[b].first));
+    bucket.buffer =
+        zeros({numel}, TensorOptions(bucket_key[b].first).with_device(bucket_key[b].second));
+    for (auto [pi, offset] : members[b]) {
+      r.params[pi].bucket = b;
+      r.params[pi].view = bucket_view(bucket.buffer, offset, r.params[pi].tensor);
+      bucket.params.push_back(pi);
+    }
+    r.buckets.push_back(std::move(bucket));
+  }
+  r.ready.assign(r.params.size(), 0);
+  std::weak_ptr<Reducer> weak = reducer_;
+  for (size_t i = 0; i < r.params.size(); ++i)
+    r.params[i].tensor.register_hook([weak, i](const Tensor& grad) {
+      if (auto red = weak.lock()) red->on_grad(i, grad);
+    });
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  Reducer& r = *reducer_;
+  if (module_->is_training() && options_.broadcast_buffers && group_->size() > 1) {
+    NoGradGuard ng;
+    std::vector<Work> works;
+    for (const auto& t : module_->buffers()) works.push_back(group_->broadcast(t, 0));
+    for (auto& w : works) w.wait();
+  }
+  if (options_.gradient_as_bucket_view && autograd::grad_mode_enabled()) r.attach_views();
+  Tensor out = module_->forward(x);
+  if (options_.find_unused_parameters && r.sync && autograd::grad_mode_enabled())
+    r.find_unused(out);
+  return out;
+}
+
+DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp.reducer_->sync) {
+  ddp_.reducer_->sync = false;
+}
+
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->sync = previous_; }
+
+std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::buckets() const {
+  std::vector<BucketInfo> out;
+  for (const auto& b : reducer_->buckets) {
+    BucketInfo info{b.buffer.dtype(), b.buffer.device(), b.buffer.numel(), {}};
+    for (size_t i : b.params) info.parameters.push_back(reducer_->params[i].name);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+double DistributedDataParallel::last_wait_seconds() const { return reducer_->last_wait; }
+
+// --- SyncBatchNorm ---------------------------------------------------------------------------
+
+Tensor all_reduce_with_grad(const Tensor& x, ProcessGroup& group) {
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = x.contiguous().clone();
+    group.all_reduce(out, ReduceOp::Sum).wait();
+  }
+  ProcessGroup* g = &group;
+  autograd::record("all_reduce", {x}, {out}, [g](const std::vector<Tensor>& grads) {
+    Tensor gsum = grads[0].contiguous().clone();
+    g->all_reduce(gsum, ReduceOp::Sum).wait();
+    return std::vector<Tensor>{gsum};
+  });
+  return out;
+}
+
+SyncBatchNorm::SyncBatchNorm(int64_t num_features, const nn::BatchNormOptions& options,
+                             ProcessGroup* group, TensorOptions opts)
+    : nn::BatchNorm("SyncBatchNorm", {2, 3, 4, 5}, num_features, options, opts) {
+  make_sync_batchnorm(*this, group);
+}
+
+void make_sync_batchnorm(nn::BatchNorm& bn, ProcessGroup* group) {
+  bn.sync_stats = [group](const Tensor& stats) {
+    ProcessGroup* g = group;
+    if (!g) {
+      DLTRAIN_CHECK(is_initialized(),
+                    "SyncBatchNorm: no process group; call "
+                    "distributed::init() first (or pass a group)");
+      g = &default_group();
+    }
+    return all_reduce_with_grad(stats, *g);
+  };
+}
+
+std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> module,
+                                                   ProcessGroup* group) {
+  DLTRAIN_CHECK(module != nullptr, "convert_sync_batchnorm: the module is null");
+  module->apply([group](nn::Module& m) {
+    if (auto* bn = dynamic_cast<nn::BatchNorm*>(&m)) make_sync_batchnorm(*bn, group);
+  });
+  return module;
+}
+
+}  // namespace dltrain::distributed

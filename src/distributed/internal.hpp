@@ -1,0 +1,73 @@
+// Internals shared by the process-group backends: the Work state, the MPI runtime seam
+// (implemented by mpi_group.cpp, or by mpi_stub.cpp in builds without MPI), and argument
+// checks. No MPI or CUDA types appear here.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dltrain/distributed/process_group.hpp"
+
+namespace dltrain::distributed {
+
+/// Completion state of one collective. The default implementation is completed by a
+/// communication thread (complete()); NCCL's overrides wait/completed with CUDA events.
+struct Work::State {
+  virtual ~State() = default;
+  virtual void wait();
+  virtual bool completed() const { return done.load(std::memory_order_acquire); }
+  /// Called by the thread that ran the collective.
+  void complete(std::exception_ptr e = nullptr);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> done{false};
+  /// Set while a caller blocks in wait(): the communication thread then polls eagerly.
+  std::atomic<bool> urgent{false};
+  std::exception_ptr error;
+  /// Runs once on the waiting thread after completion (copy a staged result back).
+  std::function<void()> on_wait;
+  bool on_wait_ran = false;
+};
+
+namespace detail {
+
+/// "all_reduce(sum) of 1024 f32 elements (4.0 KiB)": what a timeout message names.
+std::string describe_collective(const char* name, const Tensor& t, const char* extra = nullptr);
+/// "5 s", "0.5 s", "600 s".
+std::string seconds_str(double s);
+/// Checks a collective's tensor: defined, dense (contiguous or channels-last, or contiguous
+/// only when `contiguous_only`), on the expected device kind.
+void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_only);
+
+// --- the MPI runtime (mpi_group.cpp / mpi_stub.cpp) ----------------------------------
+bool mpi_compiled();
+/// MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is already initialised; throws when the
+/// library cannot give at least MPI_THREAD_SERIALIZED.
+void mpi_init();
+bool mpi_initialized();
+int mpi_world_rank();
+int mpi_world_size();
+/// Rank and size among the ranks on this node (MPI_Comm_split_type SHARED).
+int mpi_node_rank();
+int mpi_node_size();
+/// Blocking all-gather of one string per rank over MPI_COMM_WORLD (init-time checks).
+std::vector<std::string> mpi_allgather_strings(const std::string& mine);
+/// The same over the ranks of this node.
+std::vector<std::string> mpi_node_allgather_strings(const std::string& mine);
+/// Blocking broadcast of rank 0's bytes (NCCL's unique id).
+std::string mpi_broadcast_bytes(const std::string& bytes);
+[[noreturn]] void mpi_abort(int code);
+void mpi_finalize();
+
+/// Prints "dltrain: rank R: message" once per process (later calls print nothing).
+void print_fatal_once(const std::string& message);
+
+}  // namespace detail
+}  // namespace dltrain::distributed

@@ -1,0 +1,451 @@
+// The MPI process group and the MPI runtime (built when MPI is found).
+//
+// Every collective of a group runs on the group's one communication thread, in the order
+// the callers issued them, so all ranks issue MPI calls in the same order and the caller's
+// thread never blocks in MPI (that is what lets DDP overlap reduction with backward). The
+// thread starts a non-blocking collective (MPI_Iallreduce, ...) and drives it with MPI_Test:
+// gently (a short sleep between tests) while nobody waits for it, eagerly once a caller
+// blocks in Work::wait(). Polling rather than blocking in MPI_Wait is also what enforces the
+// timeout: a collective still pending after it prints what it was and MPI_Aborts the job.
+//
+// CUDA tensors are staged: copied to host memory when the collective is issued and copied
+// back on the thread that calls wait(). Counts above INT_MAX are split into several calls.
+// The C API only: keep Open MPI / MPICH from pulling in their deprecated C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "dltrain/core/half.hpp"
+#include "src/distributed/internal.hpp"
+
+namespace dltrain::distributed {
+
+namespace {
+
+#define DLTRAIN_MPI_CHECK(call)                                                          \
+  do {                                                                                   \
+    int rc_ = (call);                                                                    \
+    if (rc_ != MPI_SUCCESS) {                                                            \
+      char msg_[MPI_MAX_ERROR_STRING];                                                   \
+      int len_ = 0;                                                                      \
+      MPI_Error_string(rc_, msg_, &len_);                                                \
+      throw ::dltrain::Error(std::string(#call) + " failed at " + __FILE__ + ":" +       \
+                             std::to_string(__LINE__) + ": " + std::string(msg_, len_)); \
+    }                                                                                    \
+  } while (0)
+
+template <class H, int K>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    // NaN propagates through max/min as through sum (std::max would drop it).
+    float r = K == 0               ? x + y
+              : (x != x || y != y) ? x + y
+              : K == 1             ? std::max(x, y)
+                                   : std::min(x, y);
+    b[i] = H(r);
+  }
+}
+
+struct HalfOps {
+  MPI_Op f16[3], bf16[3];
+  HalfOps() {
+    MPI_Op_create(&half_reduce<Half, 0>, 1, &f16[0]);
+    MPI_Op_create(&half_reduce<Half, 1>, 1, &f16[1]);
+    MPI_Op_create(&half_reduce<Half, 2>, 1, &f16[2]);
+    MPI_Op_create(&half_reduce<BFloat16, 0>, 1, &bf16[0]);
+    MPI_Op_create(&half_reduce<BFloat16, 1>, 1, &bf16[1]);
+    MPI_Op_create(&half_reduce<BFloat16, 2>, 1, &bf16[2]);
+  }
+};
+
+const HalfOps& half_ops() {
+  static HalfOps ops;
+  return ops;
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::f16:
+    case DType::bf16:
+      return MPI_UINT16_T;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::u8:
+      return MPI_UINT8_T;
+    case DType::b8:
+      return MPI_C_BOOL;
+  }
+  DLTRAIN_FAIL("distributed: no MPI datatype for dtype ", t);
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  const int k = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;
+  if (t == DType::f16) return half_ops().f16[k];
+  if (t == DType::bf16) return half_ops().bf16[k];
+  if (t == DType::b8) return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
+  return k == 0 ? MPI_SUM : k == 1 ? MPI_MAX : MPI_MIN;
+}
+
+void scale_in_place(const Tensor& t, double factor) {
+  void* p = t.data_ptr();
+  const int64_t n = t.numel();
+  dispatch_floating(t.dtype(), "all_reduce(avg)", [&]<class T>() {
+    T* x = static_cast<T*>(p);
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = T(static_cast<acc_t<T>>(static_cast<acc_t<T>>(x[i]) * static_cast<acc_t<T>>(factor)));
+  });
+}
+
+using Clock = std::chrono::steady_clock;
+
+class MPIProcessGroup final : public ProcessGroup {
+ public:
+  MPIProcessGroup(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
+      : ProcessGroup(rank, size, timeout), comm_(comm) {
+    (void)half_ops();
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~MPIProcessGroup() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (detail::mpi_initialized()) MPI_Comm_free(&comm_);
+  }
+
+  const char* backend() const override { return "mpi"; }
+
+  Work all_reduce(const Tensor& t, ReduceOp op) override {
+    detail::check_collective_tensor("all_reduce", t, false);
+    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce(avg) of a ", t.dtype(),
+                  " tensor: averaging needs a floating dtype; use Sum and divide");
+    return submit(detail::describe_collective("all_reduce", t, reduce_op_name(op)), {t}, {t},
+                  [this, op](const std::vector<Tensor>& h, Poller& poll) {
+                    const Tensor& x = h[0];
+                    const DType dt = x.dtype();
+                    char* p = static_cast<char*>(x.data_ptr());
+                    int64_t n = x.numel();
+                    const int64_t chunk = INT_MAX / 2;
+                    for (int64_t s = 0; s < n; s += chunk) {
+                      const int c = static_cast<int>(std::min(chunk, n - s));
+                      MPI_Request req;
+                      DLTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + s * dtype_size(dt), c,
+                                                       mpi_type(dt), mpi_op(op, dt), comm_, &req));
+                      poll(req);
+                    }
+                    if (op == ReduceOp::Avg) scale_in_place(x, 1.0 / size());
+                  });
+  }
+
+  Work broadcast(const Tensor& t, int root) override {
+    detail::check_collective_tensor("broadcast", t, false);
+    DLTRAIN_CHECK(root >= 0 && root < size(), "broadcast: root ", root,
+                  " is not a rank of this group of ", size());
+    return submit(detail::describe_collective("broadcast", t), {t}, {t},
+                  [this, root](const std::vector<Tensor>& h, Poller& poll) {
+                    const Tensor& x = h[0];
+                    char* p = static_cast<char*>(x.data_ptr());
+                    const int64_t n = x.numel(), chunk = INT_MAX / 2;
+                    for (int64_t s = 0; s < n; s += chunk) {
+                      const int c = static_cast<int>(std::min(chunk, n - s));
+                      MPI_Request req;
+                      DLTRAIN_MPI_CHECK(MPI_Ibcast(p + s * x.element_size(), c, mpi_type(x.dtype()),
+                                                   root, comm_, &req));
+                      poll(req);
+                    }
+                  });
+  }
+
+  Work all_gather(const Tensor& output, const Tensor& input) override {
+    detail::check_collective_tensor("all_gather", input, true);
+    detail::check_collective_tensor("all_gather", output, true);
+    check_pair("all_gather", output, input, input.numel() * size(), "size() * input.numel()");
+    return submit(detail::describe_collective("all_gather", input), {input, output}, {output},
+                  [this](const std::vector<Tensor>& h, Poller& poll) {
+                    const int n = static_cast<int>(h[0].numel());
+                    MPI_Datatype t = mpi_type(h[0].dtype());
+                    MPI_Request req;
+                    DLTRAIN_MPI_CHECK(
+                        MPI_Iallgather(h[0].data_ptr(), n, t, h[1].data_ptr(), n, t, comm_, &req));
+                    poll(req);
+                  });
+  }
+
+  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    detail::check_collective_tensor("reduce_scatter", input, true);
+    detail::check_collective_tensor("reduce_scatter", output, true);
+    check_pair("reduce_scatter", input, output, output.numel() * size(),
+               "size() * output.numel() for the input");
+    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()), "reduce_scatter(avg) of a ",
+                  input.dtype(), " tensor: averaging needs a floating dtype");
+    return submit(detail::describe_collective("reduce_scatter", input, reduce_op_name(op)),
+                  {input, output}, {output},
+                  [this, op](const std::vector<Tensor>& h, Poller& poll) {
+                    const DType dt = h[0].dtype();
+                    MPI_Request req;
+                    DLTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(
+                        h[0].data_ptr(), h[1].data_ptr(), static_cast<int>(h[1].numel()),
+                        mpi_type(dt), mpi_op(op, dt), comm_, &req));
+                    poll(req);
+                    if (op == ReduceOp::Avg) scale_in_place(h[1], 1.0 / size());
+                  });
+  }
+
+  Work barrier() override {
+    return submit("barrier", {}, {}, [this](const std::vector<Tensor>&, Poller& poll) {
+      MPI_Request req;
+      DLTRAIN_MPI_CHECK(MPI_Ibarrier(comm_, &req));
+      poll(req);
+    });
+  }
+
+ private:
+  // Drives one request to completion; aborts the job past the timeout.
+  struct Poller {
+    MPIProcessGroup* group;
+    const std::string* what;
+    Work::State* state;
+    Clock::time_point start;
+    void operator()(MPI_Request& req) const {
+      int flag = 0;
+      for (uint64_t it = 0;; ++it) {
+        DLTRAIN_MPI_CHECK(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+        if (flag) return;
+        if (state->urgent.load(std::memory_order_relaxed) || it < 64) {
+          if ((it & 15) == 15) std::this_thread::yield();
+          if ((it & 1023) != 1023) continue;
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        if (Clock::now() - start > group->timeout()) group->timed_out(*what);
+      }
+    }
+  };
+
+  using Body = std::function<void(const std::vector<Tensor>&, Poller&)>;
+  struct Task {
+    std::string what;
+    std::vector<Tensor> tensors;  // host tensors the body reads/writes (kept alive)
+    std::shared_ptr<Work::State> state;
+    Body body;
+  };
+
+  void check_pair(const char* op, const Tensor& big, const Tensor& small, int64_t expected,
+                  const char* rule) const {
+    DLTRAIN_CHECK(big.dtype() == small.dtype() && big.device() == small.device(), op,
+                  ": input and output must have the same dtype and device, got ", big.dtype(),
+                  " on ", big.device().str(), " and ", small.dtype(), " on ", small.device().str());
+    DLTRAIN_CHECK(big.numel() == expected, op, ": expected ", rule, " = ", expected,
+                  " elements, got ", big.numel());
+    DLTRAIN_CHECK(small.numel() <= INT_MAX, op, ": ", small.numel(),
+                  " elements per rank exceeds MPI's int count; split the tensor");
+  }
+
+  // Stages CUDA tensors to host memory; `outputs` are copied back in wait().
+  Work submit(std::string what, std::vector<Tensor> tensors, const std::vector<Tensor>& outputs,
+              Body body) {
+    auto state = std::make_shared<Work::State>();
+    std::vector<std::pair<Tensor, Tensor>> copy_back;
+    for (Tensor& t : tensors) {
+      if (!t.device().is_cuda()) continue;
+      Tensor host = t.to(Device::cpu());
+      for (const Tensor& o : outputs)
+        if (o.impl() == t.impl()) copy_back.emplace_back(t, host);
+      t = host;
+    }
+    if (!copy_back.empty()) {
+      state->on_wait = [copy_back] {
+        for (const auto& [dev, host] : copy_back) {
+          Tensor d = dev;
+          d.copy_(host);
+        }
+      };
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back(Task{std::move(what), std::move(tensors), state, std::move(body)});
+    }
+    cv_.notify_one();
+    return Work(state);
+  }
+
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr err;
+      try {
+        Poller poll{this, &task.what, task.state.get(), Clock::now()};
+        task.body(task.tensors, poll);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      task.tensors.clear();
+      task.state->complete(err);
+    }
+  }
+
+  [[noreturn]] void timed_out(const std::string& what) {
+    const double s = std::chrono::duration<double>(timeout()).count();
+    detail::print_fatal_once(
+        what + " on the mpi group did not complete within " + detail::seconds_str(s) +
+        ": another rank has died, is stuck, or issued a different collective. Aborting the "
+        "job (DLTRAIN_COLLECTIVE_TIMEOUT=seconds changes the limit)");
+    detail::mpi_abort(1);
+  }
+
+  MPI_Comm comm_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+};
+
+MPI_Comm& node_comm() {
+  static MPI_Comm c = [] {
+    MPI_Comm n;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &n);
+    return n;
+  }();
+  return c;
+}
+
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  DLTRAIN_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int i = 0; i < size; ++i) {
+    displs[static_cast<size_t>(i)] = total;
+    total += lens[static_cast<size_t>(i)];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  DLTRAIN_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(),
+                                   displs.data(), MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (int i = 0; i < size; ++i)
+    out.push_back(all.substr(static_cast<size_t>(displs[static_cast<size_t>(i)]),
+                             static_cast<size_t>(lens[static_cast<size_t>(i)])));
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> new_mpi_group(std::chrono::milliseconds timeout) {
+  DLTRAIN_CHECK(detail::mpi_initialized(),
+                "new_mpi_group: MPI is not initialised; call distributed::init() first");
+  MPI_Comm comm;
+  DLTRAIN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  return std::make_shared<MPIProcessGroup>(comm, rank, size, timeout);
+}
+
+bool mpi_available() { return true; }
+
+namespace detail {
+
+bool mpi_compiled() { return true; }
+
+bool mpi_initialized() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+void mpi_init() {
+  int init = 0;
+  MPI_Initialized(&init);
+  int provided = 0;
+  if (!init) {
+    DLTRAIN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  DLTRAIN_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                "distributed::init: this MPI library gives thread level ", provided,
+                " but dltrain's communication thread needs MPI_THREAD_SERIALIZED or better; use "
+                "an MPI built with thread support (Open MPI and MPICH are, by default)");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+int mpi_world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int mpi_world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+int mpi_node_rank() {
+  int r = 0;
+  MPI_Comm_rank(node_comm(), &r);
+  return r;
+}
+int mpi_node_size() {
+  int s = 1;
+  MPI_Comm_size(node_comm(), &s);
+  return s;
+}
+
+std::vector<std::string> mpi_allgather_strings(const std::string& mine) {
+  return allgather_strings(MPI_COMM_WORLD, mine);
+}
+std::vector<std::string> mpi_node_allgather_strings(const std::string& mine) {
+  return allgather_strings(node_comm(), mine);
+}
+
+std::string mpi_broadcast_bytes(const std::string& bytes) {
+  int len = static_cast<int>(bytes.size());
+  DLTRAIN_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string out = bytes;
+  out.resize(static_cast<size_t>(len));
+  DLTRAIN_MPI_CHECK(MPI_Bcast(out.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD));
+  return out;
+}
+
+void mpi_abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+void mpi_finalize() {
+  if (mpi_initialized()) MPI_Finalize();
+}
+
+}  // namespace detail
+}  // namespace dltrain::distributed

@@ -1,0 +1,429 @@
+// Work handles, the local (world of one) group, and init(): the process-wide distributed
+// state. init() is the one place that knows the order of start-up: detect the launch, start
+// MPI if the job needs it, check that the ranks agree with each other, choose the device and
+// the thread count, then build the default group. Every cross-rank check is symmetric (all
+// ranks see the same gathered data and throw together), so a bad launch fails on every rank
+// instead of leaving some of them waiting in a collective.
+#include <unistd.h>
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <set>
+#include <sstream>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cuda.hpp"
+#include "dltrain/core/parallel.hpp"
+#include "src/distributed/internal.hpp"
+
+namespace dltrain::distributed {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+  }
+  return "?";
+}
+
+// --- Work --------------------------------------------------------------------------------
+
+void Work::State::complete(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    error = std::move(e);
+    done.store(true, std::memory_order_release);
+  }
+  cv.notify_all();
+}
+
+void Work::State::wait() {
+  urgent.store(true, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return done.load(std::memory_order_acquire); });
+  if (error) std::rethrow_exception(error);
+  if (on_wait && !on_wait_ran) {
+    on_wait_ran = true;
+    on_wait();
+  }
+}
+
+void Work::wait() const {
+  if (s_) s_->wait();
+}
+
+bool Work::is_completed() const { return !s_ || s_->completed(); }
+
+// --- checks and messages -----------------------------------------------------------------
+
+namespace detail {
+
+std::string describe_collective(const char* name, const Tensor& t, const char* extra) {
+  std::ostringstream os;
+  os << name;
+  if (extra) os << "(" << extra << ")";
+  const double bytes = static_cast<double>(t.numel()) * static_cast<double>(t.element_size());
+  os << " of " << t.numel() << " " << dtype_name(t.dtype()) << " elements (";
+  if (bytes >= 1 << 20)
+    os << bytes / (1 << 20) << " MiB";
+  else
+    os << bytes / 1024 << " KiB";
+  os << ", shape " << shape_str(t.shape()) << ", on " << t.device().str() << ")";
+  return os.str();
+}
+
+std::string seconds_str(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
+
+void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_only) {
+  DLTRAIN_CHECK(t.defined(), op, ": the tensor is undefined");
+  const bool dense = t.is_contiguous() || (!contiguous_only && t.dim() == 4 &&
+                                           t.is_contiguous(MemoryFormat::ChannelsLast));
+  DLTRAIN_CHECK(dense, op, ": the tensor of shape ", shape_str(t.shape()), " with strides ",
+                shape_str(t.strides()), " is not ",
+                contiguous_only ? "contiguous" : "dense (contiguous or channels-last)",
+                "; pass t.contiguous() and copy the result back");
+}
+
+void print_fatal_once(const std::string& message) {
+  static std::atomic<bool> printed{false};
+  if (printed.exchange(true)) return;
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  std::fflush(stdout);
+  std::fprintf(stderr, "dltrain: rank %d of %d (%s): %s\n", rank(), world_size(), host,
+               message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace detail
+
+// --- the local group -----------------------------------------------------------------------
+
+namespace {
+
+class LocalProcessGroup final : public ProcessGroup {
+ public:
+  explicit LocalProcessGroup(std::chrono::milliseconds timeout) : ProcessGroup(0, 1, timeout) {}
+  const char* backend() const override { return "local"; }
+  Work all_reduce(const Tensor& t, ReduceOp op) override {
+    detail::check_collective_tensor("all_reduce", t, false);
+    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce(avg) of a ", t.dtype(),
+                  " tensor: averaging needs a floating dtype; use Sum and divide");
+    return Work();
+  }
+  Work broadcast(const Tensor& t, int root) override {
+    detail::check_collective_tensor("broadcast", t, false);
+    DLTRAIN_CHECK(root == 0, "broadcast: root ", root, " is not a rank of this group of 1");
+    return Work();
+  }
+  Work all_gather(const Tensor& output, const Tensor& input) override {
+    return copy("all_gather", output, input);
+  }
+  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp) override {
+    return copy("reduce_scatter", output, input);
+  }
+  Work barrier() override { return Work(); }
+
+ private:
+  Work copy(const char* op, const Tensor& output, const Tensor& input) {
+    detail::check_collective_tensor(op, input, true);
+    detail::check_collective_tensor(op, output, true);
+    DLTRAIN_CHECK(input.numel() == output.numel() && input.dtype() == output.dtype(), op,
+                  ": in a group of one, input and output must have the same numel and dtype");
+    Tensor o = output;
+    NoGradGuard ng;
+    o.copy_(input.reshape(output.shape()));
+    return Work();
+  }
+};
+
+// --- process-wide state ----------------------------------------------------------------------
+
+struct World {
+  Environment env;
+  std::shared_ptr<ProcessGroup> group;
+  Device device = Device::cpu();
+  bool mpi = false;
+  bool finalized = false;
+};
+
+World*& world_ptr() {
+  static World* w = nullptr;
+  return w;
+}
+
+std::string cpu_list() {
+  cpu_set_t set;
+  std::string s;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return s;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) s += std::to_string(c) + ",";
+  return s;
+}
+
+std::set<std::string> split_list(const std::string& s) {
+  std::set<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.insert(item);
+  return out;
+}
+
+void on_terminate() {
+  std::string msg = "terminate called without an exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      msg = std::string("uncaught exception: ") + x.what();
+    } catch (...) {
+      msg = "uncaught exception of a non-standard type";
+    }
+  }
+  detail::print_fatal_once(msg + " (aborting the job so that no other rank waits for this one)");
+  detail::mpi_abort(1);
+}
+
+void finalize_at_exit() {
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    detail::print_fatal_once(std::string("finalize at exit failed: ") + e.what());
+    detail::mpi_abort(1);
+  }
+}
+
+// Threads for this rank: its CPUs shared among the ranks on the node whose CPUs overlap its
+// own (unbound ranks on one node all see every CPU).
+int thread_share(const World& w) {
+  const int cpus = usable_cpus();
+  if (w.env.world_size == 1) return cpus;
+  if (w.mpi) {
+    const std::string mine = cpu_list();
+    const auto all = detail::mpi_node_allgather_strings(mine);
+    const auto my_set = split_list(mine);
+    int sharing = 0;
+    for (const auto& other : all) {
+      bool overlap = false;
+      for (const auto& c : split_list(other)) overlap = overlap || my_set.count(c) > 0;
+      sharing += overlap ? 1 : 0;
+    }
+    return std::max(1, cpus / std::max(1, sharing));
+  }
+  return std::max(1, cpus / std::max(1, w.env.local_world_size));
+}
+
+// Fails on every rank when two ranks of a node chose the same GPU.
+void check_gpu_binding(const World& w, int dev) {
+  // Every rank takes part (the gather is collective), CPU ranks with device -1 included.
+  if (!w.mpi) return;
+  const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string mine = std::string(vis ? vis : "*") + "#" + std::to_string(dev);
+  const auto all = detail::mpi_node_allgather_strings(mine);
+  for (size_t a = 0; a < all.size(); ++a)
+    for (size_t b = a + 1; b < all.size(); ++b)
+      DLTRAIN_CHECK(all[a] != all[b] || all[a].ends_with("#-1"),
+                    "distributed::init: node-local ranks ", a, " and ", b, " would both use GPU ",
+                    dev, " (CUDA_VISIBLE_DEVICES='", vis ? vis : "",
+                    "'): start one task per GPU (srun --ntasks-per-node=<GPUs per node> "
+                    "--gpus-per-task=1, or mpirun -npernode <GPUs per node>)");
+}
+
+std::shared_ptr<ProcessGroup> make_group(World& w, const InitOptions& o,
+                                         std::chrono::milliseconds timeout) {
+  Backend b = o.backend;
+  if (b == Backend::Auto) {
+    if (w.device.is_cuda() && nccl_available() && w.env.world_size > 1)
+      b = Backend::NCCL;
+    else
+      b = w.env.world_size > 1 ? Backend::MPI : Backend::Local;
+  }
+  switch (b) {
+    case Backend::Local:
+      DLTRAIN_CHECK(w.env.world_size == 1,
+                    "distributed::init: the local backend is a world of "
+                    "one, but the launch has ",
+                    w.env.world_size, " ranks");
+      return new_local_group(timeout);
+    case Backend::MPI:
+      DLTRAIN_CHECK(w.mpi || w.env.world_size == 1,
+                    "distributed::init: the MPI backend needs a launch by mpirun or srun; this "
+                    "one is ",
+                    w.env.describe());
+      if (!w.mpi) return new_local_group(timeout);
+      return new_mpi_group(timeout);
+    case Backend::NCCL: {
+      DLTRAIN_CHECK(w.device.is_cuda(),
+                    "distributed::init: the NCCL backend needs a GPU, and "
+                    "this rank has none visible");
+      std::function<std::string(const std::string&)> boot;
+      if (w.mpi) {
+        boot = [](const std::string& bytes) { return detail::mpi_broadcast_bytes(bytes); };
+      } else {
+        DLTRAIN_CHECK(
+            (!w.env.master_addr.empty() && w.env.master_port > 0) || w.env.world_size == 1,
+            "distributed::init: NCCL without MPI bootstraps over TCP and needs "
+            "MASTER_ADDR and MASTER_PORT (rank 0's host and a free port)");
+        Environment env = w.env;
+        boot = [env, timeout](const std::string& bytes) {
+          if (env.world_size == 1) return bytes;
+          return tcp_broadcast_bytes(env.master_addr, env.master_port, env.rank, env.world_size,
+                                     bytes, timeout);
+        };
+      }
+      return new_nccl_group(w.env.rank, w.env.world_size, w.device.index, timeout, boot);
+    }
+    case Backend::Auto:
+      break;
+  }
+  DLTRAIN_FAIL("distributed::init: unknown backend");
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> new_local_group(std::chrono::milliseconds timeout) {
+  return std::make_shared<LocalProcessGroup>(timeout);
+}
+
+std::chrono::milliseconds default_timeout() {
+  if (const char* v = std::getenv("DLTRAIN_COLLECTIVE_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(v, &end);
+    DLTRAIN_CHECK(end != v && *end == '\0' && s > 0, "DLTRAIN_COLLECTIVE_TIMEOUT='", v,
+                  "' is not a positive number of seconds; set it to e.g. 600, or unset it");
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+  }
+  return std::chrono::minutes(10);
+}
+
+ProcessGroup& init(const InitOptions& options) {
+  if (World* w = world_ptr()) {
+    DLTRAIN_CHECK(!w->finalized, "distributed::init after finalize(): MPI cannot restart");
+    return *w->group;
+  }
+  auto w = std::make_unique<World>();
+  w->env = detect_environment();
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : default_timeout();
+  const bool wants_mpi = (w->env.world_size > 1 || w->env.sizes_from_mpi) &&
+                         w->env.launcher != Launcher::TorchRun && options.backend != Backend::Local;
+  if (wants_mpi) {
+    DLTRAIN_CHECK(detail::mpi_compiled() || options.backend == Backend::NCCL,
+                  "distributed::init: ", w->env.describe(),
+                  ", but this dltrain was built without MPI; install an MPI (Debian: "
+                  "libopenmpi-dev openmpi-bin) and reconfigure, or run a single process");
+    if (detail::mpi_compiled()) {
+      detail::mpi_init();
+      w->mpi = true;
+      const int mr = detail::mpi_world_rank(), ms = detail::mpi_world_size();
+      if (w->env.sizes_from_mpi) {
+        w->env.world_size = ms;
+        w->env.local_rank = detail::mpi_node_rank();
+        w->env.local_world_size = detail::mpi_node_size();
+        w->env.num_nodes = std::max(1, ms / w->env.local_world_size);
+        w->env.sizes_from_mpi = false;
+      }
+      DLTRAIN_CHECK(ms == w->env.world_size && mr == w->env.rank,
+                    "distributed::init: ", w->env.describe(), ", but MPI sees rank ", mr, " of ",
+                    ms,
+                    ". Under Slurm, srun must start MPI programs with its PMI plugin (srun "
+                    "--mpi=pmix, or pmi2); otherwise launch with mpirun");
+    }
+  }
+  world_ptr() = w.get();  // rank()/world_size() in messages from here on
+
+  const int gpus = options.use_gpu ? cuda::device_count() : 0;
+  try {
+    const int dev = select_gpu(w->env, gpus);
+    check_gpu_binding(*w, dev);
+    if (dev >= 0) {
+      cuda::set_device(dev);
+      w->device = Device::cuda(dev);
+    }
+    if (options.set_threads && !num_threads_set_explicitly()) set_num_threads(thread_share(*w));
+    w->group = make_group(*w, options, timeout);
+  } catch (...) {
+    world_ptr() = nullptr;
+    throw;
+  }
+  if (w->env.world_size > 1) {
+    std::set_terminate(on_terminate);
+    std::atexit(finalize_at_exit);
+  }
+  if (options.verbose) {
+    std::printf("dltrain: %s; backend %s, device %s, %d threads\n", w->env.describe().c_str(),
+                w->group->backend(), w->device.str().c_str(), get_num_threads());
+    std::fflush(stdout);
+  }
+  return *w.release()->group;
+}
+
+bool is_initialized() { return world_ptr() != nullptr; }
+
+ProcessGroup& default_group() {
+  World* w = world_ptr();
+  DLTRAIN_CHECK(w && w->group,
+                "distributed: no default process group; call "
+                "distributed::init() first");
+  return *w->group;
+}
+
+const Environment& environment() {
+  static const Environment single;
+  World* w = world_ptr();
+  return w ? w->env : single;
+}
+
+int rank() { return environment().rank; }
+int world_size() { return environment().world_size; }
+int local_rank() { return environment().local_rank; }
+int local_world_size() { return environment().local_world_size; }
+int node_id() { return environment().node_id; }
+bool is_main_process() { return rank() == 0; }
+Device device() {
+  World* w = world_ptr();
+  return w ? w->device : Device::cpu();
+}
+
+void barrier() {
+  if (world_size() == 1) return;
+  default_group().barrier().wait();
+}
+
+void abort(const std::string& message, int code) {
+  detail::print_fatal_once(message);
+  detail::mpi_abort(code);
+}
+
+void finalize() {
+  World* w = world_ptr();
+  if (!w || w->finalized) return;
+  if (w->env.world_size > 1 && w->group) w->group->barrier().wait();
+  w->group.reset();  // joins the communication thread, frees communicators
+  w->finalized = true;
+  if (w->mpi) detail::mpi_finalize();
+}
+
+double all_reduce_value(double value, ReduceOp op) {
+  if (world_size() == 1) return value;
+  ProcessGroup& g = default_group();
+  Tensor t = full({1}, value, TensorOptions(DType::f64).with_device(g.tensor_device()));
+  g.all_reduce(t, op).wait();
+  return t.item<double>();
+}
+
+}  // namespace dltrain::distributed

@@ -1,0 +1,264 @@
+// DistributedDataParallel, SyncBatchNorm and the process-group plumbing in a world of one
+// (the local group): what must hold whatever the number of ranks. The multi-rank behaviour
+// is tested under mpirun in tests/mpi.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "dltrain/dltrain.hpp"
+#include "tests/gradcheck.hpp"
+
+using namespace dltrain;
+using namespace dltrain::distributed;
+
+namespace {
+
+std::shared_ptr<nn::Sequential> small_cnn(bool bn, DType dt = DType::f32) {
+  Generator g(7);
+  nn::Conv2dOptions c;
+  c.padding = 1;
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Conv2d>(1, 4, 3, c, TensorOptions(dt)));
+  if (bn) m->push_back(std::make_shared<nn::BatchNorm2d>(4, nn::BatchNormOptions{}, dt));
+  m->push_back(std::make_shared<nn::ReLU>())
+      .push_back(std::make_shared<nn::MaxPool2d>(2))
+      .push_back(std::make_shared<nn::Flatten>())
+      .push_back(std::make_shared<nn::Linear>(4 * 4 * 4, 3, true, TensorOptions(dt)));
+  return m;
+}
+
+void copy_weights(nn::Module& dst, const nn::Module& src) { dst.load_state_dict(src.state_dict()); }
+
+std::vector<double> flat_params(const nn::Module& m) {
+  std::vector<double> out;
+  for (const auto& p : m.parameters()) {
+    auto v = p.to(DType::f64).to_vector<double>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("autograd::queue_callback runs once after the last node, and only inside backward",
+          "[distributed][autograd]") {
+  Tensor w = ones({3}).requires_grad_();
+  int calls = 0;
+  bool grad_ready = false;
+  w.register_hook([&](const Tensor&) {
+    autograd::queue_callback([&] {
+      ++calls;
+      grad_ready = w.grad().defined();
+    });
+  });
+  sum(mul(w, 2.0)).backward();
+  CHECK(calls == 1);
+  CHECK(grad_ready);
+  CHECK_THROWS_WITH(autograd::queue_callback([] {}),
+                    Catch::Contains("no backward pass is running"));
+}
+
+TEST_CASE("local group: collectives are the identity and check their arguments",
+          "[distributed][group]") {
+  auto g = new_local_group(std::chrono::seconds(10));
+  CHECK(g->size() == 1);
+  CHECK(std::string(g->backend()) == "local");
+  Tensor t = tensor({1, 2, 3});
+  Work w = g->all_reduce(t, ReduceOp::Avg);
+  w.wait();
+  CHECK(w.is_completed());
+  CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3});
+  Tensor out = zeros({3});
+  g->all_gather(out, t).wait();
+  CHECK(out.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK_THROWS_WITH(g->all_reduce(tensor({1, 2}, DType::i64), ReduceOp::Avg).wait(),
+                    Catch::Contains("averaging needs a floating dtype"));
+  Tensor strided = zeros({4, 4}).t();
+  CHECK_THROWS_WITH(g->all_reduce(strided).wait(), Catch::Contains("not dense"));
+  CHECK_THROWS_WITH(g->broadcast(t, 1).wait(), Catch::Contains("root 1"));
+}
+
+TEST_CASE("tcp rendezvous delivers rank 0's bytes to every rank on loopback",
+          "[distributed][tcp]") {
+  const std::string blob(128, '\x7f');
+  const int port =
+      29000 + static_cast<int>(std::hash<std::thread::id>()(std::this_thread::get_id()) % 900);
+  std::vector<std::string> got(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      got[static_cast<size_t>(r)] = tcp_broadcast_bytes(
+          "127.0.0.1", port, r, 3, r == 0 ? blob : std::string(), std::chrono::seconds(20));
+    });
+  for (auto& t : ranks) t.join();
+  for (const auto& s : got) CHECK(s == blob);
+  CHECK_THROWS_WITH(
+      tcp_broadcast_bytes("127.0.0.1", port + 1, 1, 2, "", std::chrono::milliseconds(300)),
+      Catch::Contains("could not reach rank 0"));
+}
+
+TEST_CASE("DDP in a world of one trains exactly as the bare model", "[distributed][ddp]") {
+  auto group = new_local_group(std::chrono::seconds(30));
+  auto ref = small_cnn(false);
+  auto model = small_cnn(false);
+  copy_weights(*model, *ref);
+  DistributedDataParallel ddp(
+      model, {.group = group.get(), .bucket_cap_mb = 0.0005, .first_bucket_cap_mb = 0.0001});
+  // Buckets: reverse registration order, small first bucket, every trainable parameter once.
+  auto buckets = ddp.buckets();
+  REQUIRE(buckets.size() >= 2);
+  CHECK(buckets[0].parameters.front() == "4.bias");
+  size_t n = 0;
+  for (const auto& b : buckets) n += b.parameters.size();
+  CHECK(n == model->parameters().size());
+
+  optim::SGD o1(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD o2(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  Generator g(3);
+  for (int step = 0; step < 4; ++step) {
+    Tensor x = randn({6, 1, 8, 8}, {}, &g);
+    Tensor y = randint(0, 3, {6}, DType::i64, &g);
+    o1.zero_grad();
+    cross_entropy(ref->forward(x), y).backward();
+    o1.step();
+    o2.zero_grad();
+    cross_entropy(ddp(x), y).backward();
+    o2.step();
+  }
+  CHECK(flat_params(*ref) == flat_params(*model));
+}
+
+TEST_CASE("DDP no_sync accumulates locally; gradient_as_bucket_view shares the buckets",
+          "[distributed][ddp]") {
+  auto group = new_local_group(std::chrono::seconds(30));
+  auto ref = small_cnn(false);
+  auto model = small_cnn(false);
+  copy_weights(*model, *ref);
+  DistributedDataParallel ddp(model, {.group = group.get(), .gradient_as_bucket_view = true});
+  Generator g(5);
+  Tensor x1 = randn({4, 1, 8, 8}, {}, &g), x2 = randn({4, 1, 8, 8}, {}, &g);
+  Tensor y1 = randint(0, 3, {4}, DType::i64, &g), y2 = randint(0, 3, {4}, DType::i64, &g);
+  cross_entropy(ref->forward(x1), y1).backward();
+  cross_entropy(ref->forward(x2), y2).backward();
+  {
+    auto guard = ddp.no_sync();
+    cross_entropy(ddp(x1), y1).backward();
+  }
+  cross_entropy(ddp(x2), y2).backward();
+  auto rp = ref->parameters(), mp = model->parameters();
+  for (size_t i = 0; i < rp.size(); ++i) {
+    auto a = rp[i].grad().to_vector<float>(), b = mp[i].grad().to_vector<float>();
+    REQUIRE(a.size() == b.size());
+    for (size_t k = 0; k < a.size(); ++k) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-6));
+  }
+  // The gradient is a view of the bucket: zero_grad(set_to_none) then forward re-attaches it.
+  model->zero_grad();
+  cross_entropy(ddp(x1), y1).backward();
+  ref->zero_grad();
+  cross_entropy(ref->forward(x1), y1).backward();
+  for (size_t i = 0; i < rp.size(); ++i) {
+    auto a = rp[i].grad().to_vector<float>(), b = mp[i].grad().to_vector<float>();
+    for (size_t k = 0; k < a.size(); ++k) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-6));
+  }
+}
+
+namespace {
+// Uses `head_b` only when asked: a parameter that may get no gradient.
+class TwoHeads : public nn::Module {
+ public:
+  TwoHeads() : Module("TwoHeads") {
+    a = register_module("a", std::make_shared<nn::Linear>(4, 2));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 2));
+  }
+  Tensor forward(const Tensor& x) override {
+    return use_b ? add(a->forward(x), b->forward(x)) : a->forward(x);
+  }
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = true;
+};
+}  // namespace
+
+TEST_CASE("DDP: a parameter without gradient is an error unless find_unused_parameters",
+          "[distributed][ddp]") {
+  auto group = new_local_group(std::chrono::seconds(30));
+  auto m = std::make_shared<TwoHeads>();
+  DistributedDataParallel ddp(m, {.group = group.get()});
+  m->use_b = false;
+  Tensor x = randn({3, 4});
+  CHECK_THROWS_WITH(sum(ddp(x)).backward(), Catch::Contains("got no gradient") &&
+                                                Catch::Contains("'b.weight'") &&
+                                                Catch::Contains("find_unused_parameters"));
+
+  auto m2 = std::make_shared<TwoHeads>();
+  DistributedDataParallel ddp2(m2, {.group = group.get(), .find_unused_parameters = true});
+  m2->use_b = false;
+  sum(ddp2(x)).backward();
+  CHECK(m2->a->weight.grad().defined());
+  CHECK(m2->b->weight.grad().defined());  // reduced as zeros (other ranks may have used it)
+  CHECK(sum(abs(m2->b->weight.grad())).item<double>() == 0.0);
+  m2->use_b = true;
+  m2->zero_grad();
+  sum(ddp2(x)).backward();
+  CHECK(sum(abs(m2->b->weight.grad())).item<double>() > 0.0);
+}
+
+TEST_CASE("SyncBatchNorm in a group of one matches BatchNorm, and gradchecks in f64",
+          "[distributed][syncbn]") {
+  auto group = new_local_group(std::chrono::seconds(30));
+  nn::BatchNorm2d plain(3, {}, DType::f64);
+  SyncBatchNorm sync(3, {}, group.get(), DType::f64);
+  Tensor x = testing::rnd({4, 3, 5, 5}, 11);
+  add_(x, 3.0);  // a mean far from zero exercises the shifted sums
+  Tensor a = plain.forward(x), b = sync.forward(x);
+  CHECK(max(abs(sub(a, b))).item<double>() < 1e-12);
+  CHECK(max(abs(sub(plain.running_mean, sync.running_mean))).item<double>() < 1e-14);
+  CHECK(max(abs(sub(plain.running_var, sync.running_var))).item<double>() < 1e-13);
+  // channels-last input keeps its layout
+  Tensor xcl = x.contiguous(MemoryFormat::ChannelsLast);
+  CHECK(sync.forward(xcl).is_contiguous(MemoryFormat::ChannelsLast));
+
+  SyncBatchNorm bn(3, {}, group.get(), DType::f64);
+  Generator gw(2);
+  bn.weight.detach().copy_(add(randn({3}, DType::f64, &gw), 1.5));
+  bn.bias.detach().copy_(randn({3}, DType::f64, &gw));
+  Tensor xin = testing::leaf({3, 3, 2, 2}, 4);
+  testing::gradcheck([&](const std::vector<Tensor>& in) { return bn.forward(in[0]); },
+                     {xin, bn.weight, bn.bias});
+  // 2-d input [N, C]
+  SyncBatchNorm bn1(3, {}, group.get(), DType::f64);
+  testing::gradcheck([&](const std::vector<Tensor>& in) { return bn1.forward(in[0]); },
+                     {testing::leaf({5, 3}, 8)});
+}
+
+TEST_CASE("convert_sync_batchnorm converts in place, ResNet's typed fields included",
+          "[distributed][syncbn]") {
+  auto net = models::resnet18({.num_classes = 4, .cifar_stem = true});
+  auto params_before = net->parameters();
+  convert_sync_batchnorm(net);
+  int converted = 0;
+  net->apply([&](nn::Module& m) {
+    if (auto* bn = dynamic_cast<nn::BatchNorm*>(&m)) converted += bn->sync_stats ? 1 : 0;
+  });
+  CHECK(converted == 20);
+  auto params_after = net->parameters();
+  REQUIRE(params_before.size() == params_after.size());
+  for (size_t i = 0; i < params_before.size(); ++i)
+    CHECK(params_before[i].impl() == params_after[i].impl());  // optimizers stay valid
+  // Without init() and without a group there is nothing to synchronise with.
+  if (!is_initialized())
+    CHECK_THROWS_WITH(net->forward(randn({2, 3, 8, 8})), Catch::Contains("distributed::init"));
+}
+
+TEST_CASE("init() in a single process needs no MPI and gives a world of one",
+          "[distributed][init]") {
+  ProcessGroup& g = init();
+  CHECK(is_initialized());
+  CHECK(g.size() == 1);
+  CHECK(world_size() == 1);
+  CHECK(rank() == 0);
+  CHECK(is_main_process());
+  CHECK(std::string(g.backend()) == "local");
+  CHECK(all_reduce_value(2.5) == 2.5);
+  barrier();
+  CHECK(&init() == &g);
+}

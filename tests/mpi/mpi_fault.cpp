@@ -1,0 +1,37 @@
+// Fault injection for the multi-rank tests (run by expect_failure.sh under mpirun):
+//   mpi_fault timeout   rank 0 all-reduces, the other ranks never do: the collective
+//                       timeout must abort the job with a message naming the collective.
+//   mpi_fault throw     rank 1 dies of an uncaught exception while rank 0 waits in an
+//                       all-reduce: the job must end at once, the message printed once.
+//   mpi_fault abort     rank 1 calls distributed::abort (what a caught error should do).
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  distributed::ProcessGroup& g = distributed::init();
+  Tensor t = ones({1000});
+  if (mode == "timeout") {
+    if (g.rank() == 0) g.all_reduce(t).wait();
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+  } else if (mode == "throw") {
+    if (g.rank() == 1) throw std::runtime_error("corrupt file shard-00017.h5 (injected)");
+    g.all_reduce(t).wait();
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+  } else if (mode == "abort") {
+    if (g.rank() == 1) distributed::abort("cannot read shard-00017.h5 (injected)", 3);
+    g.all_reduce(t).wait();
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+  } else {
+    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort\n");
+    return 2;
+  }
+  return 0;
+}
