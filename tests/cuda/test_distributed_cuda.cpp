@@ -1,0 +1,93 @@
+// The NCCL process group in a world of one (what a single GPU can check), DDP over it with
+// gradients on the GPU, and SyncBatchNorm on CUDA tensors, against the CPU.
+#include <catch2/catch.hpp>
+
+#include "cuda_test_util.hpp"
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+using namespace dltrain::distributed;
+using dltrain::test::kCuda;
+
+namespace {
+std::shared_ptr<ProcessGroup> nccl_one() {
+  return new_nccl_group(0, 1, 0, std::chrono::seconds(60),
+                        [](const std::string& bytes) { return bytes; });
+}
+}  // namespace
+
+TEST_CASE("cuda: one-rank NCCL group runs every collective in every dtype", "[cuda][nccl]") {
+  auto g = nccl_one();
+  CHECK(std::string(g->backend()) == "nccl");
+  CHECK(g->tensor_device() == kCuda);
+  for (DType dt :
+       {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+    INFO(dltrain::test::dt_str(dt));
+    Tensor host = arange(0, 40, 1, TensorOptions(dt));
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+      if (op == ReduceOp::Avg && !is_floating(dt)) continue;
+      Tensor t = host.to(kCuda);
+      Work w = g->all_reduce(t, op);
+      w.wait();
+      CHECK(t.to(Device::cpu()).to(DType::f64).to_vector<double>() ==
+            host.to(DType::f64).to_vector<double>());
+    }
+    Tensor t = host.to(kCuda);
+    g->broadcast(t, 0).wait();
+    Tensor out = zeros({40}, TensorOptions(dt).with_device(kCuda));
+    g->all_gather(out, t).wait();
+    CHECK(out.to(Device::cpu()).to(DType::f64).to_vector<double>() ==
+          host.to(DType::f64).to_vector<double>());
+    Tensor rs = zeros({40}, TensorOptions(dt).with_device(kCuda));
+    g->reduce_scatter(rs, t, ReduceOp::Sum).wait();
+    CHECK(rs.to(Device::cpu()).to(DType::f64).to_vector<double>() ==
+          host.to(DType::f64).to_vector<double>());
+  }
+  g->barrier().wait();
+  CHECK_THROWS_WITH(g->all_reduce(zeros({4})), Catch::Contains("the nccl group runs on cuda:0"));
+}
+
+TEST_CASE("cuda: the NCCL stream is ordered after the producer and before the consumer",
+          "[cuda][nccl]") {
+  auto g = nccl_one();
+  // A long producer kernel on the compute stream, then the collective, then a consumer:
+  // without the event ordering the collective would read unfinished values.
+  Tensor big = zeros({1 << 22}, kCuda);
+  for (int i = 0; i < 20; ++i) add_(big, 1.0);
+  g->all_reduce(big, ReduceOp::Sum).wait();
+  mul_(big, 2.0);
+  CHECK(min(big).item<double>() == 40.0);
+  CHECK(max(big).item<double>() == 40.0);
+}
+
+TEST_CASE("cuda: DDP over a one-rank NCCL group trains as the bare model; SyncBN on CUDA",
+          "[cuda][nccl][ddp]") {
+  auto g = nccl_one();
+  manual_seed(1);
+  auto ref = models::resnet18({.num_classes = 4, .cifar_stem = true});
+  manual_seed(1);
+  auto model = models::resnet18({.num_classes = 4, .cifar_stem = true});
+  ref->to(kCuda);
+  model->to(kCuda);
+  convert_sync_batchnorm(model, g.get());
+  // In a group of one the synced statistics equal the local ones, so the runs agree (up to
+  // the different BN arithmetic).
+  DistributedDataParallel ddp(model, {.group = g.get()});
+  optim::SGD o1(ref->parameters(), {.lr = 0.01, .momentum = 0.9});
+  optim::SGD o2(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  Generator gen(4);
+  for (int s = 0; s < 3; ++s) {
+    Tensor x = randn({8, 3, 16, 16}, {}, &gen).to(kCuda);
+    Tensor y = randint(0, 4, {8}, DType::i64, &gen).to(kCuda);
+    o1.zero_grad();
+    cross_entropy(ref->forward(x), y).backward();
+    o1.step();
+    o2.zero_grad();
+    cross_entropy(ddp(x), y).backward();
+    o2.step();
+  }
+  auto a = ref->parameters(), b = model->parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    dltrain::test::check_close(b[i].to(Device::cpu()), a[i].to(Device::cpu()), 1e-3, 1e-4,
+                               "parameter " + std::to_string(i), 1e-3);
+}
