@@ -1,12 +1,14 @@
 // CIFAR-10 with ResNet-18 (CIFAR variant: 3x3 stem, no max-pool): the classic
 // random-crop (4-pixel zero padding) + horizontal-flip augmentation, SGD with nesterov
-// momentum and a OneCycle schedule, label smoothing, optional channels-last layout,
+// momentum and a OneCycle schedule, label smoothing, optional channels-last layout and
+// mixed precision (--amp: bf16 autocast on the CPU; --amp-dtype f16 adds a GradScaler),
 // per-epoch validation and a JSON report. Reads the binary version of CIFAR-10
 // (data_batch_1..5.bin, test_batch.bin) from --data.
 //
 //   cifar10 --data DIR [--arch resnet18] [--batch-size 128] [--epochs 30] [--lr 0.1]
 //           [--wd 5e-4] [--mom 0.9] [--label-smoothing 0.1] [--channels-last] [--seed 0]
 //           [--threads N] [--test] [--test-nsteps 50] [--json PATH]
+//           [--amp [--amp-dtype f16|bf16]]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,9 +32,10 @@ struct Args {
   std::string data, arch = "resnet18", json;
   int64_t batch_size = 128, epochs = 30, test_nsteps = 50;
   double lr = 0.1, wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
-  bool channels_last = false, test = false;
+  bool test = false;
   uint64_t seed = 0;
   int threads = 0;
+  PrecisionFlags prec;
 };
 
 // Parses the flags into an Args (exits with the usage line on a bad one).
@@ -41,13 +44,16 @@ Args parse(int argc, char** argv) {
   Flags f("cifar10",
           "--data DIR [--arch resnet18] [--batch-size N] [--epochs N] [--lr X] "
           "[--wd X] [--mom X] [--label-smoothing X] [--channels-last] [--seed N] "
-          "[--threads N] [--test] [--test-nsteps N] [--json PATH]");
+          "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--amp] "
+          "[--amp-dtype f16|bf16]");
   f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
   f.add("--epochs", &a.epochs).add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom);
   f.add("--label-smoothing", &a.label_smoothing).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
-  f.add_switch("--channels-last", &a.channels_last).add_switch("--test", &a.test);
+  f.add_switch("--test", &a.test);
+  a.prec.add_to(f);
   f.parse(argc, argv);
+  a.prec.check(f);
   if (a.data.empty()) f.fail("--data DIR is required (the CIFAR-10 binary version)");
   if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
     f.fail("--batch-size, --epochs and --test-nsteps must be positive");
@@ -112,11 +118,11 @@ int main(int argc, char** argv) {
     ro.cifar_stem = true;
     ro.num_classes = 10;
     auto model = models::resnet(a.arch, ro);
-    MemoryFormat fmt = a.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    const Device device = Device::cpu();
+    const MemoryFormat fmt = a.prec.format();
     model->to(fmt);
     std::printf("model: CIFAR %s, %lld parameters, %s\n", a.arch.c_str(),
-                static_cast<long long>(model->num_parameters()),
-                a.channels_last ? "channels-last" : "NCHW");
+                static_cast<long long>(model->num_parameters()), a.prec.describe(device).c_str());
     optim::SGD opt(model->parameters(),
                    {.lr = a.lr, .momentum = a.mom, .weight_decay = a.wd, .nesterov = true});
     int64_t total = a.test ? a.test_nsteps : train_loader.size() * a.epochs;
@@ -124,13 +130,18 @@ int main(int argc, char** argv) {
     CrossEntropyOptions ce;
     ce.label_smoothing = a.label_smoothing;
     nn::CrossEntropyLoss criterion(ce);
+    amp::GradScaler scaler(a.prec.scaler_options(device));
+    ScaleLog scale_log;
     Generator aug_gen(a.seed + 1);
 
     std::ofstream js;
     if (!a.json.empty()) {
       js.open(a.json);
       DLTRAIN_CHECK(js.good(), "cannot write --json file '", a.json, "'");
-      js << "{\"framework\": \"dltrain\", \"arch\": \"" << a.arch << "\", \"epochs\": [";
+      js << "{\"framework\": \"dltrain\", \"arch\": \"" << a.arch << "\", \"precision\": \""
+         << a.prec.precision(device) << "\", \"layout\": \"" << a.prec.layout()
+         << "\", \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
+         << ", \"epochs\": [";
     }
     int64_t step = 0;
     for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
@@ -141,11 +152,17 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       for (const data::Batch& b : train_loader) {
         Tensor x = augment(b.data, aug_gen).contiguous(fmt);
-        Tensor loss = criterion(model->forward(x), b.target);
+        Tensor loss;
+        {
+          const amp::autocast ac = a.prec.region(device);
+          loss = criterion(model->forward(x), b.target);
+        }
         opt.zero_grad();
-        loss.backward();
-        opt.step();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
         sched.step();
+        scale_log(scaler, step);
         loss_sum += loss.item<double>();
         seen += b.size();
         ++nb;
@@ -163,6 +180,7 @@ int main(int argc, char** argv) {
       double test_loss = 0;
       {
         NoGradGuard ng;
+        const amp::autocast ac = a.prec.region(device);
         for (const data::Batch& b : test_loader) {
           Tensor logits = model->forward(b.data.contiguous(fmt));
           CrossEntropyOptions s;

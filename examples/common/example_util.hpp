@@ -1,5 +1,6 @@
 // Helpers shared by the examples: the chronometer's statistics, wall-clock seconds, the
-// --device flag's parsing and a small command-line parser (header-only).
+// --device flag's parsing, a small command-line parser, and the course's precision and layout
+// flags (--amp, --amp-dtype, --channels-last) with the loss-scale log (header-only).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "dltrain/amp/autocast.hpp"
+#include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/core/device.hpp"
 
 namespace dltrain::examples {
@@ -44,10 +47,12 @@ inline Stats stats(std::vector<double> v) {
 }
 
 /// Prints the chronometer table: min / median / std in ms of the data, forward (with the
-/// loss) and backward + optimizer-step times, one row each.
+/// loss) and backward + optimizer-step times, one row each; `config` (precision and layout)
+/// goes in the title when given.
 inline void print_chronometer(const char* data_label, const std::vector<double>& data,
                               const std::vector<double>& forward,
-                              const std::vector<double>& backward) {
+                              const std::vector<double>& backward, const std::string& config = "") {
+  if (!config.empty()) std::printf("chronometer: %s\n", config.c_str());
   std::printf("chronometer over %zu steps (ms): %-18s %8s %8s %8s\n", forward.size(), "", "min",
               "median", "std");
   auto row = [](const char* name, const Stats& s) {
@@ -126,6 +131,66 @@ class Flags {
   std::string program_, usage_;
   std::map<std::string, std::variant<std::string*, double*, int64_t*, int*, uint64_t*>> bound_;
   std::map<std::string, std::pair<bool*, bool>> switches_;
+};
+
+/// The course's mixed-precision and layout flags: `--amp` (autocast in f16 with a GradScaler on
+/// a GPU, bf16 without one on the CPU), `--amp-dtype f16|bf16` to choose, `--channels-last`.
+struct PrecisionFlags {
+  bool amp = false;
+  std::string amp_dtype;  // empty: the device's default
+  bool channels_last = false;
+
+  void add_to(Flags& f) {
+    f.add_switch("--amp", &amp).add("--amp-dtype", &amp_dtype);
+    f.add_switch("--channels-last", &channels_last);
+  }
+  /// Checks the values (after Flags::parse); exits with the usage line on a bad one.
+  void check(const Flags& f) const {
+    if (!amp_dtype.empty() && amp_dtype != "f16" && amp_dtype != "bf16")
+      f.fail("bad value for --amp-dtype: " + amp_dtype + " (f16 or bf16)");
+    if (!amp_dtype.empty() && !amp) f.fail("--amp-dtype needs --amp");
+  }
+  /// The autocast dtype on `d`.
+  DType dtype(Device d) const {
+    if (amp_dtype.empty()) return amp::default_autocast_dtype(d.type);
+    return amp_dtype == "f16" ? DType::f16 : DType::bf16;
+  }
+  /// The autocast region of a forward pass on `d` (a disabled region without --amp).
+  amp::autocast region(Device d) const { return amp::autocast(d.type, dtype(d), amp); }
+  /// Loss scaling is for f16 only: bf16 has f32's range, and f32 needs none.
+  amp::GradScalerOptions scaler_options(Device d) const {
+    return {.enabled = amp && dtype(d) == DType::f16};
+  }
+  MemoryFormat format() const {
+    return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  }
+  /// "f32", "amp-bf16" or "amp-f16".
+  std::string precision(Device d) const {
+    return amp ? (dtype(d) == DType::f16 ? "amp-f16" : "amp-bf16") : "f32";
+  }
+  const char* layout() const { return channels_last ? "channels-last" : "contiguous"; }
+  /// "precision amp-bf16, layout channels-last, loss scaling off".
+  std::string describe(Device d) const {
+    return "precision " + precision(d) + ", layout " + layout() + ", loss scaling " +
+           (scaler_options(d).enabled ? "on" : "off");
+  }
+};
+
+/// Prints the loss scale whenever it differs from the last one printed (a disabled scaler
+/// prints nothing). Reading the scale synchronises with the device.
+class ScaleLog {
+ public:
+  void operator()(const amp::GradScaler& s, int64_t step) {
+    if (!s.is_enabled()) return;
+    const double v = s.get_scale();
+    if (v != last_) {
+      std::printf("  loss scale %g at step %lld\n", v, static_cast<long long>(step));
+      last_ = v;
+    }
+  }
+
+ private:
+  double last_ = 0;
 };
 
 }  // namespace dltrain::examples

@@ -7,9 +7,10 @@
 //                 [--mom 0.9] [--seed 0] [--threads N] [--test] [--test-nsteps 50]
 //                 [--json PATH] [--checkpoint PATH [--resume]] [--device cpu|cuda[:N]]
 //                 [--num-workers N] [--prefetch-factor N] [--pin-memory] [--non-blocking]
-//                 [--persistent-workers]
+//                 [--persistent-workers] [--amp [--amp-dtype f16|bf16]] [--channels-last]
 // On a GPU the chronometer synchronises the device at its marks (as the course's does) so
-// each phase is charged its own GPU time, and the peak device memory is reported.
+// each phase is charged its own GPU time, and the peak device memory is reported. --amp runs
+// the forward pass under autocast (f16 with a GradScaler on a GPU, bf16 on the CPU).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,6 +53,7 @@ struct Args {
   bool pin_memory = false;
   bool non_blocking = false;
   bool persistent_workers = false;
+  PrecisionFlags prec;
 };
 
 // Parses the flags into an Args (exits with the usage line on a bad one).
@@ -61,7 +63,8 @@ Args parse(int argc, char** argv) {
           "[--data DIR] [--batch-size N] [--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] "
           "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
           "[--resume]] [--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] "
-          "[--pin-memory] [--non-blocking] [--persistent-workers]");
+          "[--pin-memory] [--non-blocking] [--persistent-workers] [--amp] [--amp-dtype f16|bf16] "
+          "[--channels-last]");
   f.add("--data", &a.data).add("--batch-size", &a.batch_size).add("--epochs", &a.epochs);
   f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
@@ -70,7 +73,9 @@ Args parse(int argc, char** argv) {
   f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
   f.add_switch("--persistent-workers", &a.persistent_workers);
+  a.prec.add_to(f);
   f.parse(argc, argv);
+  a.prec.check(f);
   if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
     f.fail("--batch-size, --epochs and --test-nsteps must be positive");
   try {
@@ -146,8 +151,11 @@ int main(int argc, char** argv) {
 
     auto model = make_model();
     model->to(device);
+    const MemoryFormat fmt = args.prec.format();
+    model->to(fmt);
     std::printf("model: %lld parameters\n%s\n", static_cast<long long>(model->num_parameters()),
                 model->str().c_str());
+    std::printf("%s\n", args.prec.describe(device).c_str());
     optim::SGD opt(
         model->parameters(),
         {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd, .nesterov = true});
@@ -155,12 +163,14 @@ int main(int argc, char** argv) {
     int64_t total_steps = args.test ? args.test_nsteps : steps_per_epoch * args.epochs;
     optim::OneCycleLR sched(opt, args.lr, total_steps);
     nn::CrossEntropyLoss criterion;
+    amp::GradScaler scaler(args.prec.scaler_options(device));
+    ScaleLog scale_log;
 
     std::vector<double> t_data, t_fwd, t_bwd;
     std::vector<EpochReport> reports;
     int64_t step = 0, start_epoch = 0, start_batch = 0;
     if (args.resume && !args.checkpoint.empty() && std::ifstream(args.checkpoint).good()) {
-      io::TrainingProgress p = io::load_checkpoint(args.checkpoint, *model, &opt, &sched);
+      io::TrainingProgress p = io::load_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler);
       start_epoch = p.epoch;
       start_batch = p.batch_in_epoch;
       step = p.step;
@@ -170,7 +180,7 @@ int main(int argc, char** argv) {
     }
     auto save = [&](int64_t epoch, int64_t batch) {
       if (args.checkpoint.empty()) return;
-      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, {epoch, step, batch},
+      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {epoch, step, batch},
                           {{"example", "fashion_mnist"}});
       std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", args.checkpoint.c_str(),
                   static_cast<long long>(epoch + 1), static_cast<long long>(batch),
@@ -187,15 +197,21 @@ int main(int argc, char** argv) {
       auto t_epoch = Clock::now();
       auto t0 = mark();
       for (const data::Batch& hb : train_loader) {
-        const data::Batch b{hb.data.to(device, args.non_blocking),
+        const data::Batch b{hb.data.to(device, args.non_blocking).contiguous(fmt),
                             hb.target.to(device, args.non_blocking)};
         auto t1 = mark();
-        Tensor loss = criterion(model->forward(b.data), b.target);
+        Tensor loss;
+        {
+          const amp::autocast ac = args.prec.region(device);
+          loss = criterion(model->forward(b.data), b.target);
+        }
         auto t2 = mark();
         opt.zero_grad();
-        loss.backward();
-        opt.step();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
         sched.step();
+        scale_log(scaler, step);
         double l = loss.item<double>();
         auto t3 = mark();
         t_data.push_back(seconds(t0, t1));
@@ -227,8 +243,9 @@ int main(int argc, char** argv) {
       int64_t correct = 0, total = 0;
       {
         NoGradGuard ng;
+        const amp::autocast ac = args.prec.region(device);
         for (const data::Batch& hb : test_loader) {
-          const data::Batch b{hb.data.to(device), hb.target.to(device)};
+          const data::Batch b{hb.data.to(device).contiguous(fmt), hb.target.to(device)};
           Tensor logits = model->forward(b.data);
           CrossEntropyOptions sum_opts;
           sum_opts.reduction = Reduction::Sum;
@@ -255,7 +272,7 @@ int main(int argc, char** argv) {
     }
 
     Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
-    print_chronometer("data loading", t_data, t_fwd, t_bwd);
+    print_chronometer("data loading", t_data, t_fwd, t_bwd, args.prec.describe(device));
     if (gpu)
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
@@ -264,9 +281,11 @@ int main(int argc, char** argv) {
       std::ofstream js(args.json);
       DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
       js << "{\n  \"framework\": \"dltrain\",\n  \"device\": \"" << device.str()
-         << "\",\n  \"threads\": " << get_num_threads()
-         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"steps\": " << t_fwd.size()
-         << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
+         << "\",\n  \"precision\": \"" << args.prec.precision(device) << "\",\n  \"layout\": \""
+         << args.prec.layout()
+         << "\",\n  \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
+         << ",\n  \"threads\": " << get_num_threads() << ",\n  \"batch_size\": " << args.batch_size
+         << ",\n  \"steps\": " << t_fwd.size() << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
          << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
          << "},\n  \"epochs\": [";
       for (size_t i = 0; i < reports.size(); ++i) {

@@ -11,8 +11,11 @@
 //            [--lr 0.1] [--wd 5e-5] [--mom 0.9] [--label-smoothing 0.1] [--seed 0]
 //            [--test] [--test-nsteps 50] [--num-workers 4] [--persistent-workers]
 //            [--pin-memory] [--non-blocking] [--prefetch-factor 2] [--no-drop-last]
-//            [--device cpu|cuda[:N]] [--channels-last] [--threads N] [--json PATH]
-//            [--checkpoint PATH]
+//            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
+//            [--threads N] [--json PATH] [--checkpoint PATH]
+//
+// --amp runs forward and loss under autocast: f16 with a GradScaler on a GPU, bf16 on the CPU
+// (--amp-dtype chooses; f16 always comes with loss scaling).
 //
 // On a GPU, --non-blocking copies each batch on a side stream while the previous step
 // computes (data::DevicePrefetcher); without it the copy is synchronous. Make an
@@ -55,7 +58,7 @@ struct Args {
   int64_t prefetch_factor = 2;
   bool drop_last = true;
   std::string device = "cpu";
-  bool channels_last = false;
+  PrecisionFlags prec;
   int threads = 0;
   std::string json;
   std::string checkpoint;
@@ -67,7 +70,7 @@ Flags make_flags(Args& a) {
           "[--wd X] [--mom X] [--label-smoothing X] [--seed N] [--test] [--test-nsteps N] "
           "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
           "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
-          "[--threads N] [--json PATH] [--checkpoint PATH]");
+          "[--amp] [--amp-dtype f16|bf16] [--threads N] [--json PATH] [--checkpoint PATH]");
   f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
   f.add("--epochs", &a.epochs).add("--image-size", &a.image_size).add("--lr", &a.lr);
   f.add("--wd", &a.wd).add("--mom", &a.mom).add("--label-smoothing", &a.label_smoothing);
@@ -78,7 +81,7 @@ Flags make_flags(Args& a) {
   f.add_switch("--test", &a.test).add_switch("--persistent-workers", &a.persistent_workers);
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
   f.add_switch("--no-drop-last", &a.drop_last, false).add_switch("--drop-last", &a.drop_last);
-  f.add_switch("--channels-last", &a.channels_last);
+  a.prec.add_to(f);
   return f;
 }
 
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
   Args args;
   const Flags flags = make_flags(args);
   flags.parse(argc, argv);
+  args.prec.check(flags);
   if (args.data.empty())
     flags.fail("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
   if (args.batch_size <= 0 || args.epochs <= 0 || args.test_nsteps <= 0 || args.image_size <= 0)
@@ -112,8 +116,7 @@ int main(int argc, char** argv) {
       if (gpu) cuda::synchronize();
       return Clock::now();
     };
-    const MemoryFormat fmt =
-        args.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    const MemoryFormat fmt = args.prec.format();
 
     // Data: workers decode + augment into u8 NHWC; normalisation happens on `device`.
     const fs::path root(args.data);
@@ -146,11 +149,11 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "%s: %lld training images in %zu classes, %s validation images; batch %lld, "
-        "%lld workers, device %s%s\n",
+        "%lld workers, device %s, %s\n",
         args.data.c_str(), static_cast<long long>(train_set->size()), train_set->classes().size(),
         val_set ? std::to_string(val_set->size()).c_str() : "no",
         static_cast<long long>(args.batch_size), static_cast<long long>(args.num_workers),
-        device.str().c_str(), args.channels_last ? ", channels-last" : "");
+        device.str().c_str(), args.prec.describe(device).c_str());
 
     // Runs fn(images, labels) on each batch of `loader` moved to the device and normalised;
     // fn returns false to stop. With --non-blocking on a GPU the copy overlaps the previous
@@ -183,6 +186,8 @@ int main(int argc, char** argv) {
     const int64_t total_steps = args.test ? args.test_nsteps : steps_per_epoch * args.epochs;
     optim::OneCycleLR sched(opt, args.lr, total_steps);
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
+    amp::GradScaler scaler(args.prec.scaler_options(device));
+    ScaleLog scale_log;
 
     std::vector<double> t_data, t_fwd, t_bwd;
     std::vector<EpochReport> reports;
@@ -198,12 +203,18 @@ int main(int argc, char** argv) {
       auto t0 = t_epoch;
       for_each_batch(train_loader, [&](const Tensor& x, const Tensor& y) {
         const auto t1 = mark();
-        Tensor loss = criterion(model->forward(x), y);
+        Tensor loss;
+        {
+          const amp::autocast ac = args.prec.region(device);
+          loss = criterion(model->forward(x), y);
+        }
         const auto t2 = mark();
         opt.zero_grad();
-        loss.backward();
-        opt.step();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
         sched.step();
+        scale_log(scaler, step);
         const auto t3 = mark();
         t_data.push_back(seconds(t0, t1));
         t_fwd.push_back(seconds(t1, t2));
@@ -233,6 +244,7 @@ int main(int argc, char** argv) {
       if (val_loader) {
         model->eval();
         NoGradGuard ng;
+        const amp::autocast ac = args.prec.region(device);
         const auto v0 = mark();
         int64_t correct = 0, total = 0;
         Tensor hits = zeros({}, TensorOptions(DType::i64).with_device(device));
@@ -263,13 +275,14 @@ int main(int argc, char** argv) {
     }
 
     const Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
-    print_chronometer("data loading (+ copy and normalise)", t_data, t_fwd, t_bwd);
+    print_chronometer("data loading (+ copy and normalise)", t_data, t_fwd, t_bwd,
+                      args.prec.describe(device));
     if (gpu)
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
 
     if (!args.checkpoint.empty()) {
-      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, {args.epochs, step, 0},
+      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {args.epochs, step, 0},
                           {{"example", "resnet50"}, {"arch", args.arch}});
       std::printf("checkpoint: %s\n", args.checkpoint.c_str());
     }
@@ -277,9 +290,11 @@ int main(int argc, char** argv) {
       std::ofstream js(args.json);
       DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
       js << "{\n  \"framework\": \"dltrain\",\n  \"arch\": \"" << args.arch
-         << "\",\n  \"device\": \"" << device.str() << "\",\n  \"batch_size\": " << args.batch_size
-         << ",\n  \"image_size\": " << args.image_size << ",\n  \"steps\": " << t_fwd.size()
-         << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
+         << "\",\n  \"device\": \"" << device.str() << "\",\n  \"precision\": \""
+         << args.prec.precision(device) << "\",\n  \"layout\": \"" << args.prec.layout()
+         << "\",\n  \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
+         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"image_size\": " << args.image_size
+         << ",\n  \"steps\": " << t_fwd.size() << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
          << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
          << "},\n  \"max_memory_allocated\": "
          << (gpu ? cuda::max_memory_allocated(device.index) : 0) << ",\n  \"epochs\": [";
