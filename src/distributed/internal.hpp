@@ -28,8 +28,6 @@ struct Work::State {
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<bool> done{false};
-  /// Set while a caller blocks in wait(): the communication thread then polls eagerly.
-  std::atomic<bool> urgent{false};
   std::exception_ptr error;
   /// Runs once on the waiting thread after completion (copy a staged result back).
   std::function<void()> on_wait;

@@ -48,7 +48,6 @@ void Work::State::complete(std::exception_ptr e) {
 }
 
 void Work::State::wait() {
-  urgent.store(true, std::memory_order_relaxed);
   std::unique_lock<std::mutex> lk(mu);
   cv.wait(lk, [&] { return done.load(std::memory_order_acquire); });
   if (error) std::rethrow_exception(error);

@@ -1,0 +1,113 @@
+// How much of DDP's gradient communication is hidden behind backward. On each rank it times
+// loss.backward() of a ResNet (median over --iters) in three configurations:
+//   alone      the bare model, no communication
+//   overlap    DistributedDataParallel (buckets launched from gradient hooks during backward)
+//   after      DistributedDataParallel with overlap = false (every bucket after backward)
+// communication = after - alone; exposed = overlap - alone; hidden = 1 - exposed / communication.
+//
+//   mpirun -np 2 build/benchmarks/ddp_overlap [--arch resnet18] [--size 64] [--batch 16]
+//          [--iters 10] [--warmup 3] [--device cpu|cuda] [--channels-last] [--json PATH]
+//
+// Defaults are for CPU ranks (ResNet-18 at 64x64); on GPUs use --arch resnet50 --size 224.
+#include <cstdio>
+#include <fstream>
+
+#include "dltrain/dltrain.hpp"
+#include "examples/common/example_util.hpp"
+
+using namespace dltrain;
+using namespace dltrain::examples;
+
+int main(int argc, char** argv) {
+  std::string arch = "resnet18", dev = "cpu", json;
+  int64_t size = 64, batch = 16, iters = 10, warmup = 3;
+  double bucket_mb = 25.0;
+  bool channels_last = false;
+  Flags f("ddp_overlap",
+          "[--arch resnet18] [--size 64] [--batch 16] [--iters 10] [--warmup 3] "
+          "[--bucket-mb 25] [--device cpu|cuda] [--channels-last] [--json PATH]");
+  f.add("--arch", &arch).add("--size", &size).add("--batch", &batch).add("--iters", &iters);
+  f.add("--warmup", &warmup).add("--device", &dev).add("--json", &json);
+  f.add("--bucket-mb", &bucket_mb).add_switch("--channels-last", &channels_last);
+  f.parse(argc, argv);
+  try {
+    distributed::ProcessGroup& g = distributed::init({.use_gpu = dev != "cpu"});
+    const Device d = dev == "cpu" ? Device::cpu() : distributed::device();
+    DLTRAIN_CHECK(dev == "cpu" || d.is_cuda(), "--device cuda: no GPU visible");
+    manual_seed(0);
+    auto model = models::resnet(arch, {.num_classes = 1000});
+    model->to(d);
+    if (channels_last) model->to(MemoryFormat::ChannelsLast);
+    Generator gen(1 + static_cast<uint64_t>(g.rank()));
+    Tensor x = randn({batch, 3, size, size}, {}, &gen).to(d);
+    if (channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+    Tensor y = randint(0, 1000, {batch}, DType::i64, &gen).to(d);
+    auto sync = [&] {
+      if (d.is_cuda()) cuda::synchronize();
+    };
+
+    // Median backward time of `forward`'s loss; the slowest rank's median.
+    auto time_backward = [&](const std::function<Tensor(const Tensor&)>& forward) {
+      std::vector<double> t;
+      for (int64_t i = 0; i < warmup + iters; ++i) {
+        model->zero_grad();
+        Tensor loss = cross_entropy(forward(x), y);
+        sync();
+        g.barrier().wait();
+        auto t0 = Clock::now();
+        loss.backward();
+        sync();
+        if (i >= warmup) t.push_back(seconds(t0, Clock::now()));
+      }
+      return distributed::all_reduce_value(stats(t).median, distributed::ReduceOp::Max);
+    };
+    const double alone = time_backward([&](const Tensor& in) { return model->forward(in); });
+    double overlap = 0, after = 0, wait_overlap = 0;
+    size_t buckets = 0;
+    {
+      distributed::DistributedDataParallel ddp(model, {.bucket_cap_mb = bucket_mb});
+      buckets = ddp.buckets().size();
+      overlap = time_backward([&](const Tensor& in) { return ddp(in); });
+      wait_overlap = ddp.last_wait_seconds();
+    }
+    {
+      distributed::DistributedDataParallel ddp(model,
+                                               {.bucket_cap_mb = bucket_mb, .overlap = false});
+      after = time_backward([&](const Tensor& in) { return ddp(in); });
+    }
+    const double comm = after - alone, exposed = overlap - alone;
+    const double hidden = comm > 0 ? 1.0 - std::max(0.0, exposed) / comm : 1.0;
+    const double grad_mb = static_cast<double>(model->num_parameters(true)) * 4.0 / (1 << 20);
+    if (distributed::is_main_process()) {
+      std::printf(
+          "%s %lldx%lld, batch %lld per rank, %d ranks (%s on %s), %d threads per rank, "
+          "%.1f MiB of gradients in %zu buckets\n",
+          arch.c_str(), static_cast<long long>(size), static_cast<long long>(size),
+          static_cast<long long>(batch), g.size(), g.backend(), d.str().c_str(), get_num_threads(),
+          grad_mb, buckets);
+      std::printf("%-36s %10s\n", "backward (median of ranks' worst)", "ms");
+      std::printf("%-36s %10.1f\n", "alone (no communication)", alone * 1e3);
+      std::printf("%-36s %10.1f\n", "DDP, overlapped", overlap * 1e3);
+      std::printf("%-36s %10.1f\n", "DDP, communication after backward", after * 1e3);
+      std::printf("communication %.1f ms, exposed %.1f ms (last wait %.1f ms): %.0f%% hidden\n",
+                  comm * 1e3, exposed * 1e3, wait_overlap * 1e3, 100 * hidden);
+      if (!json.empty()) {
+        std::ofstream js(json);
+        DLTRAIN_CHECK(js.good(), "cannot write --json file '", json, "'");
+        js << "{\n  \"benchmark\": \"ddp_overlap\",\n  \"arch\": \"" << arch
+           << "\",\n  \"size\": " << size << ",\n  \"batch_per_rank\": " << batch
+           << ",\n  \"ranks\": " << g.size() << ",\n  \"backend\": \"" << g.backend()
+           << "\",\n  \"device\": \"" << d.str()
+           << "\",\n  \"threads_per_rank\": " << get_num_threads()
+           << ",\n  \"gradient_mib\": " << grad_mb << ",\n  \"buckets\": " << buckets
+           << ",\n  \"backward_ms\": {\"alone\": " << alone * 1e3
+           << ", \"ddp_overlap\": " << overlap * 1e3 << ", \"ddp_after\": " << after * 1e3
+           << "},\n  \"hidden_fraction\": " << hidden << "\n}\n";
+        std::printf("wrote %s\n", json.c_str());
+      }
+    }
+  } catch (const std::exception& e) {
+    distributed::abort(std::string("ddp_overlap: ") + e.what());
+  }
+  return 0;
+}
