@@ -8,6 +8,10 @@
 //                 [--json PATH] [--checkpoint PATH [--resume]] [--device cpu|cuda[:N]]
 //                 [--num-workers N] [--prefetch-factor N] [--pin-memory] [--non-blocking]
 //                 [--persistent-workers] [--amp [--amp-dtype f16|bf16]] [--channels-last]
+// Data parallel: run it under `mpirun -np N` or `srun` and each rank trains on its share of
+// the data (DistributedSampler) with --batch-size per rank (global batch = N x batch size),
+// gradients averaged by DistributedDataParallel; rank 0 prints and writes checkpoints and the
+// JSON; metrics are summed over the ranks. --sync-bn synchronises the BatchNorm statistics.
 // On a GPU the chronometer synchronises the device at its marks (as the course's does) so
 // each phase is charged its own GPU time, and the peak device memory is reported. --amp runs
 // the forward pass under autocast (f16 with a GradScaler on a GPU, bf16 on the CPU).
@@ -53,6 +57,7 @@ struct Args {
   bool pin_memory = false;
   bool non_blocking = false;
   bool persistent_workers = false;
+  bool sync_bn = false;
   PrecisionFlags prec;
 };
 
@@ -64,7 +69,7 @@ Args parse(int argc, char** argv) {
           "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
           "[--resume]] [--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] "
           "[--pin-memory] [--non-blocking] [--persistent-workers] [--amp] [--amp-dtype f16|bf16] "
-          "[--channels-last]");
+          "[--channels-last] [--sync-bn]");
   f.add("--data", &a.data).add("--batch-size", &a.batch_size).add("--epochs", &a.epochs);
   f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
@@ -72,7 +77,7 @@ Args parse(int argc, char** argv) {
   f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
   f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
-  f.add_switch("--persistent-workers", &a.persistent_workers);
+  f.add_switch("--persistent-workers", &a.persistent_workers).add_switch("--sync-bn", &a.sync_bn);
   a.prec.add_to(f);
   f.parse(argc, argv);
   a.prec.check(f);
@@ -117,7 +122,13 @@ int main(int argc, char** argv) {
   try {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
-    const Device device = parse_device(args.device);
+    Device device = parse_device(args.device);
+    // A world of one without a launcher; under mpirun/srun, one rank per GPU (cuda:local_rank).
+    distributed::ProcessGroup& world = distributed::init({.use_gpu = device.is_cuda()});
+    const int ranks = world.size();
+    if (device.is_cuda() && args.device == "cuda") device = distributed::device();
+    // Rank 0 reports; the other ranks' stdout is discarded (errors still reach stderr).
+    if (!distributed::is_main_process()) (void)std::freopen("/dev/null", "w", stdout);
     const bool gpu = device.is_cuda();
     if (gpu) cuda::set_device(device.index);
     // Marks of the chronometer: on a GPU, wait for the queued work so it is charged to the
@@ -144,10 +155,26 @@ int main(int argc, char** argv) {
     lo.prefetch_factor = args.prefetch_factor;
     lo.pin_memory = args.pin_memory;
     lo.persistent_workers = args.persistent_workers;
-    data::DataLoader train_loader(train_set, lo);
     data::DataLoaderOptions to;
     to.batch_size = 1000;
-    data::DataLoader test_loader(test_set, to);
+    // Each rank its share of the data; one process keeps the plain shuffled loader.
+    std::shared_ptr<data::Sampler> train_sampler, test_sampler;
+    if (ranks > 1) {
+      lo.shuffle = false;  // the sampler shuffles
+      train_sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world.rank(),
+                                                                 ranks, true, args.seed, true);
+      test_sampler =
+          std::make_shared<data::DistributedSampler>(test_set->size(), world.rank(), ranks, false);
+    }
+    data::DataLoader train_loader = train_sampler ? data::DataLoader(train_set, train_sampler, lo)
+                                                  : data::DataLoader(train_set, lo);
+    data::DataLoader test_loader = test_sampler ? data::DataLoader(test_set, test_sampler, to)
+                                                : data::DataLoader(test_set, to);
+    if (ranks > 1)
+      std::printf(
+          "data parallel: %d ranks (%s), %lld images per rank and step, global batch %lld\n", ranks,
+          world.backend(), static_cast<long long>(args.batch_size),
+          static_cast<long long>(args.batch_size * ranks));
 
     auto model = make_model();
     model->to(device);
@@ -156,6 +183,9 @@ int main(int argc, char** argv) {
     std::printf("model: %lld parameters\n%s\n", static_cast<long long>(model->num_parameters()),
                 model->str().c_str());
     std::printf("%s\n", args.prec.describe(device).c_str());
+    if (args.sync_bn) distributed::convert_sync_batchnorm(model);
+    // Broadcasts rank 0's weights; in a world of one the reduction is the identity.
+    distributed::DistributedDataParallel ddp(model);
     optim::SGD opt(
         model->parameters(),
         {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd, .nesterov = true});
@@ -180,8 +210,11 @@ int main(int argc, char** argv) {
     }
     auto save = [&](int64_t epoch, int64_t batch) {
       if (args.checkpoint.empty()) return;
-      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {epoch, step, batch},
-                          {{"example", "fashion_mnist"}});
+      // Every rank holds the same state: rank 0 writes it, the others wait for the file.
+      if (distributed::is_main_process())
+        io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {epoch, step, batch},
+                            {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}});
+      distributed::barrier();
       std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", args.checkpoint.c_str(),
                   static_cast<long long>(epoch + 1), static_cast<long long>(batch),
                   static_cast<long long>(step));
@@ -203,7 +236,7 @@ int main(int argc, char** argv) {
         Tensor loss;
         {
           const amp::autocast ac = args.prec.region(device);
-          loss = criterion(model->forward(b.data), b.target);
+          loss = criterion(ddp(b.data), b.target);
         }
         auto t2 = mark();
         opt.zero_grad();
@@ -237,6 +270,13 @@ int main(int argc, char** argv) {
         t0 = mark();
       }
       double train_time = seconds(t_epoch, Clock::now());
+      // Global figures: images and losses summed over the ranks, the slowest rank's time.
+      if (ranks > 1) {
+        using distributed::ReduceOp;
+        train_time = distributed::all_reduce_value(train_time, ReduceOp::Max);
+        loss_sum = distributed::all_reduce_value(loss_sum) / ranks;
+        seen = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(seen)));
+      }
 
       model->eval();
       double test_loss = 0;
@@ -254,6 +294,11 @@ int main(int argc, char** argv) {
               sum(eq(argmax(logits, 1), b.target).to(DType::i64)).item<double>());
           total += b.size();
         }
+      }
+      if (ranks > 1) {
+        test_loss = distributed::all_reduce_value(test_loss);
+        correct = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(correct)));
+        total = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(total)));
       }
       EpochReport r{epoch + 1,
                     train_time,
@@ -277,15 +322,16 @@ int main(int argc, char** argv) {
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
 
-    if (!args.json.empty()) {
+    if (!args.json.empty() && distributed::is_main_process()) {
       std::ofstream js(args.json);
       DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
       js << "{\n  \"framework\": \"dltrain\",\n  \"device\": \"" << device.str()
          << "\",\n  \"precision\": \"" << args.prec.precision(device) << "\",\n  \"layout\": \""
          << args.prec.layout()
          << "\",\n  \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
-         << ",\n  \"threads\": " << get_num_threads() << ",\n  \"batch_size\": " << args.batch_size
-         << ",\n  \"steps\": " << t_fwd.size() << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
+         << ",\n  \"ranks\": " << ranks << ",\n  \"threads\": " << get_num_threads()
+         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"steps\": " << t_fwd.size()
+         << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
          << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
          << "},\n  \"epochs\": [";
       for (size_t i = 0; i < reports.size(); ++i) {
@@ -299,6 +345,9 @@ int main(int argc, char** argv) {
       std::printf("wrote %s\n", args.json.c_str());
     }
   } catch (const Error& e) {
+    // With several ranks, take the job down so that no rank waits for this one.
+    if (distributed::world_size() > 1)
+      distributed::abort(std::string("fashion_mnist: ") + e.what());
     std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
     return 1;
   }

@@ -5,7 +5,10 @@
 // straight into u8 NHWC batches by the loader's workers, normalised on the training device),
 // validation at each epoch end, a chronometer of per-step data / forward / backward+step times
 // (min, median, std; the GPU is synchronised at each mark), the peak device memory, printing
-// ten times per epoch, and a checkpoint at the end.
+// ten times per epoch, and a checkpoint at the end. Under `mpirun -np N` or `srun` it is the
+// course's DDP script: one rank per GPU, each with its share of the images (DistributedSampler)
+// and --batch-size images per step (global batch N x batch size), gradients averaged by
+// DistributedDataParallel, rank 0 printing and writing the checkpoint (slurm/ has job files).
 //
 //   resnet50 --data DIR [--arch resnet50] [--batch-size 64] [--epochs 1] [--image-size 224]
 //            [--lr 0.1] [--wd 5e-5] [--mom 0.9] [--label-smoothing 0.1] [--seed 0]
@@ -110,6 +113,12 @@ int main(int argc, char** argv) {
     } catch (const std::exception&) {
       flags.fail("bad value for --device: " + args.device + " (cpu, cuda or cuda:N)");
     }
+    // A world of one without a launcher; under mpirun/srun, one rank per GPU (cuda:local_rank),
+    // each with its share of the images and --batch-size images per step.
+    distributed::ProcessGroup& world = distributed::init({.use_gpu = device.is_cuda()});
+    const int ranks = world.size();
+    if (device.is_cuda() && args.device == "cuda") device = distributed::device();
+    if (!distributed::is_main_process()) (void)std::freopen("/dev/null", "w", stdout);
     const bool gpu = device.is_cuda();
     if (gpu) cuda::set_device(device.index);
     auto mark = [gpu] {
@@ -139,14 +148,31 @@ int main(int argc, char** argv) {
     lo.prefetch_factor = args.prefetch_factor;
     lo.pin_memory = args.pin_memory;
     lo.persistent_workers = args.persistent_workers;
-    data::DataLoader train_loader(train_set, lo);
+    std::shared_ptr<data::Sampler> train_sampler;
+    if (ranks > 1) {
+      lo.shuffle = false;  // the DistributedSampler shuffles
+      train_sampler = std::make_shared<data::DistributedSampler>(
+          train_set->size(), world.rank(), ranks, true, args.seed, args.drop_last);
+    }
+    data::DataLoader train_loader = train_sampler ? data::DataLoader(train_set, train_sampler, lo)
+                                                  : data::DataLoader(train_set, lo);
     std::shared_ptr<data::DataLoader> val_loader;
     if (val_set) {
       data::DataLoaderOptions vo = lo;
       vo.shuffle = false;
       vo.drop_last = false;
-      val_loader = std::make_shared<data::DataLoader>(val_set, vo);
+      val_loader = ranks > 1 ? std::make_shared<data::DataLoader>(
+                                   val_set,
+                                   std::make_shared<data::DistributedSampler>(
+                                       val_set->size(), world.rank(), ranks, false),
+                                   vo)
+                             : std::make_shared<data::DataLoader>(val_set, vo);
     }
+    if (ranks > 1)
+      std::printf(
+          "data parallel: %d ranks (%s), %lld images per rank and step, global batch %lld\n", ranks,
+          world.backend(), static_cast<long long>(args.batch_size),
+          static_cast<long long>(args.batch_size * ranks));
     std::printf(
         "%s: %lld training images in %zu classes, %s validation images; batch %lld, "
         "%lld workers, device %s, %s\n",
@@ -187,6 +213,7 @@ int main(int argc, char** argv) {
     optim::OneCycleLR sched(opt, args.lr, total_steps);
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
     amp::GradScaler scaler(args.prec.scaler_options(device));
+    distributed::DistributedDataParallel ddp(model);
     ScaleLog scale_log;
 
     std::vector<double> t_data, t_fwd, t_bwd;
@@ -206,7 +233,7 @@ int main(int argc, char** argv) {
         Tensor loss;
         {
           const amp::autocast ac = args.prec.region(device);
-          loss = criterion(model->forward(x), y);
+          loss = criterion(ddp(x), y);
         }
         const auto t2 = mark();
         opt.zero_grad();
@@ -238,7 +265,13 @@ int main(int argc, char** argv) {
         t0 = mark();
         return true;
       });
-      const double train_time = seconds(t_epoch, mark());
+      double train_time = seconds(t_epoch, mark());
+      double train_loss = nb ? loss_sum.item<double>() / static_cast<double>(nb) : 0.0;
+      if (ranks > 1) {  // global figures: summed images, mean loss, the slowest rank's time
+        train_time = distributed::all_reduce_value(train_time, distributed::ReduceOp::Max);
+        train_loss = distributed::all_reduce_value(train_loss) / ranks;
+        seen = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(seen)));
+      }
 
       double val_acc = -1, val_time = 0;
       if (val_loader) {
@@ -254,15 +287,16 @@ int main(int argc, char** argv) {
           return true;
         });
         correct = hits.item<int64_t>();
+        if (ranks > 1) {
+          correct =
+              static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(correct)));
+          total = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(total)));
+        }
         val_time = seconds(v0, mark());
         val_acc = 100.0 * static_cast<double>(correct) / static_cast<double>(total);
       }
-      const EpochReport r{epoch + 1,
-                          train_time,
-                          static_cast<double>(seen) / train_time,
-                          nb ? loss_sum.item<double>() / static_cast<double>(nb) : 0.0,
-                          val_time,
-                          val_acc};
+      const EpochReport r{epoch + 1,  train_time, static_cast<double>(seen) / train_time,
+                          train_loss, val_time,   val_acc};
       reports.push_back(r);
       std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
                   static_cast<long long>(r.epoch), static_cast<long long>(args.epochs),
@@ -281,12 +315,13 @@ int main(int argc, char** argv) {
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
 
-    if (!args.checkpoint.empty()) {
+    if (!args.checkpoint.empty() && distributed::is_main_process()) {
       io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {args.epochs, step, 0},
                           {{"example", "resnet50"}, {"arch", args.arch}});
       std::printf("checkpoint: %s\n", args.checkpoint.c_str());
     }
-    if (!args.json.empty()) {
+    distributed::barrier();  // the checkpoint is complete before any rank exits
+    if (!args.json.empty() && distributed::is_main_process()) {
       std::ofstream js(args.json);
       DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
       js << "{\n  \"framework\": \"dltrain\",\n  \"arch\": \"" << args.arch
@@ -309,6 +344,7 @@ int main(int argc, char** argv) {
       std::printf("wrote %s\n", args.json.c_str());
     }
   } catch (const Error& e) {
+    if (distributed::world_size() > 1) distributed::abort(std::string("resnet50: ") + e.what());
     std::fprintf(stderr, "resnet50: error: %s\n", e.what());
     return 1;
   }

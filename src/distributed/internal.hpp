@@ -40,6 +40,11 @@ namespace detail {
 std::string describe_collective(const char* name, const Tensor& t, const char* extra = nullptr);
 /// "5 s", "0.5 s", "600 s".
 std::string seconds_str(double s);
+/// Avg needs a floating dtype (`op` names the collective).
+void check_reduce_op(const char* op, ReduceOp r, DType dt);
+/// `big` (all_gather's output, reduce_scatter's input) has `group_size` times the elements of
+/// `small`, and the same dtype and device.
+void check_gather_pair(const char* op, const Tensor& big, const Tensor& small, int group_size);
 /// Checks a collective's tensor: defined, dense (contiguous or channels-last, or contiguous
 /// only when `contiguous_only`), on the expected device kind.
 void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_only);

@@ -139,8 +139,7 @@ class MPIProcessGroup final : public ProcessGroup {
 
   Work all_reduce(const Tensor& t, ReduceOp op) override {
     detail::check_collective_tensor("all_reduce", t, false);
-    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce(avg) of a ", t.dtype(),
-                  " tensor: averaging needs a floating dtype; use Sum and divide");
+    detail::check_reduce_op("all_reduce", op, t.dtype());
     return submit(detail::describe_collective("all_reduce", t, reduce_op_name(op)), {t}, {t},
                   [this, op](const std::vector<Tensor>& h) {
                     const Tensor& x = h[0];
@@ -177,7 +176,7 @@ class MPIProcessGroup final : public ProcessGroup {
   Work all_gather(const Tensor& output, const Tensor& input) override {
     detail::check_collective_tensor("all_gather", input, true);
     detail::check_collective_tensor("all_gather", output, true);
-    check_pair("all_gather", output, input, input.numel() * size(), "size() * input.numel()");
+    check_pair("all_gather", output, input);
     return submit(
         detail::describe_collective("all_gather", input), {input, output}, {output},
         [this](const std::vector<Tensor>& h) {
@@ -190,10 +189,8 @@ class MPIProcessGroup final : public ProcessGroup {
   Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
     detail::check_collective_tensor("reduce_scatter", input, true);
     detail::check_collective_tensor("reduce_scatter", output, true);
-    check_pair("reduce_scatter", input, output, output.numel() * size(),
-               "size() * output.numel() for the input");
-    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(input.dtype()), "reduce_scatter(avg) of a ",
-                  input.dtype(), " tensor: averaging needs a floating dtype");
+    check_pair("reduce_scatter", input, output);
+    detail::check_reduce_op("reduce_scatter", op, input.dtype());
     return submit(detail::describe_collective("reduce_scatter", input, reduce_op_name(op)),
                   {input, output}, {output}, [this, op](const std::vector<Tensor>& h) {
                     const DType dt = h[0].dtype();
@@ -218,13 +215,8 @@ class MPIProcessGroup final : public ProcessGroup {
     Body body;
   };
 
-  void check_pair(const char* op, const Tensor& big, const Tensor& small, int64_t expected,
-                  const char* rule) const {
-    DLTRAIN_CHECK(big.dtype() == small.dtype() && big.device() == small.device(), op,
-                  ": input and output must have the same dtype and device, got ", big.dtype(),
-                  " on ", big.device().str(), " and ", small.dtype(), " on ", small.device().str());
-    DLTRAIN_CHECK(big.numel() == expected, op, ": expected ", rule, " = ", expected,
-                  " elements, got ", big.numel());
+  void check_pair(const char* op, const Tensor& big, const Tensor& small) const {
+    detail::check_gather_pair(op, big, small, size());
     DLTRAIN_CHECK(small.numel() <= INT_MAX, op, ": ", small.numel(),
                   " elements per rank exceeds MPI's int count; split the tensor");
   }

@@ -123,8 +123,7 @@ class NCCLProcessGroup final : public ProcessGroup {
 
   Work all_reduce(const Tensor& t, ReduceOp op) override {
     check("all_reduce", t, false);
-    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce(avg) of a ", t.dtype(),
-                  " tensor: averaging needs a floating dtype");
+    detail::check_reduce_op("all_reduce", op, t.dtype());
     return launch(
         detail::describe_collective("all_reduce", t, reduce_op_name(op)), {t}, [&](cudaStream_t s) {
           DLTRAIN_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(),
@@ -146,9 +145,7 @@ class NCCLProcessGroup final : public ProcessGroup {
   Work all_gather(const Tensor& output, const Tensor& input) override {
     check("all_gather", input, true);
     check("all_gather", output, true);
-    DLTRAIN_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
-                  "all_gather: output must have size() * input.numel() = ", input.numel() * size(),
-                  " elements of ", input.dtype(), ", got ", output.numel(), " of ", output.dtype());
+    detail::check_gather_pair("all_gather", output, input, size());
     return launch(detail::describe_collective("all_gather", input), {input, output},
                   [&](cudaStream_t s) {
                     DLTRAIN_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(),
@@ -160,10 +157,8 @@ class NCCLProcessGroup final : public ProcessGroup {
   Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
     check("reduce_scatter", input, true);
     check("reduce_scatter", output, true);
-    DLTRAIN_CHECK(
-        output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
-        "reduce_scatter: input must have size() * output.numel() = ", output.numel() * size(),
-        " elements of ", output.dtype(), ", got ", input.numel(), " of ", input.dtype());
+    detail::check_gather_pair("reduce_scatter", input, output, size());
+    detail::check_reduce_op("reduce_scatter", op, input.dtype());
     return launch(detail::describe_collective("reduce_scatter", input, reduce_op_name(op)),
                   {input, output}, [&](cudaStream_t s) {
                     DLTRAIN_NCCL_CHECK(ncclReduceScatter(

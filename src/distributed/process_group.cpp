@@ -87,6 +87,22 @@ std::string seconds_str(double s) {
   return os.str();
 }
 
+void check_reduce_op(const char* op, ReduceOp r, DType dt) {
+  DLTRAIN_CHECK(r != ReduceOp::Avg || is_floating(dt), op, "(avg) of a ", dt,
+                " tensor: averaging needs a floating dtype; use Sum and divide");
+}
+
+void check_gather_pair(const char* op, const Tensor& big, const Tensor& small, int group_size) {
+  DLTRAIN_CHECK(big.dtype() == small.dtype() && big.device() == small.device(), op,
+                ": input and output must have the same dtype and device, got ", big.dtype(), " on ",
+                big.device().str(), " and ", small.dtype(), " on ", small.device().str());
+  DLTRAIN_CHECK(big.numel() == small.numel() * group_size, op, ": expected size() * ",
+                small.numel(), " = ", small.numel() * group_size,
+                " elements (all_gather's "
+                "output, reduce_scatter's input), got ",
+                big.numel());
+}
+
 void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_only) {
   DLTRAIN_CHECK(t.defined(), op, ": the tensor is undefined");
   const bool dense = t.is_contiguous() || (!contiguous_only && t.dim() == 4 &&
@@ -120,8 +136,7 @@ class LocalProcessGroup final : public ProcessGroup {
   const char* backend() const override { return "local"; }
   Work all_reduce(const Tensor& t, ReduceOp op) override {
     detail::check_collective_tensor("all_reduce", t, false);
-    DLTRAIN_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce(avg) of a ", t.dtype(),
-                  " tensor: averaging needs a floating dtype; use Sum and divide");
+    detail::check_reduce_op("all_reduce", op, t.dtype());
     return Work();
   }
   Work broadcast(const Tensor& t, int root) override {
@@ -132,7 +147,8 @@ class LocalProcessGroup final : public ProcessGroup {
   Work all_gather(const Tensor& output, const Tensor& input) override {
     return copy("all_gather", output, input);
   }
-  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp) override {
+  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override {
+    detail::check_reduce_op("reduce_scatter", op, input.dtype());
     return copy("reduce_scatter", output, input);
   }
   Work barrier() override { return Work(); }
@@ -141,8 +157,7 @@ class LocalProcessGroup final : public ProcessGroup {
   Work copy(const char* op, const Tensor& output, const Tensor& input) {
     detail::check_collective_tensor(op, input, true);
     detail::check_collective_tensor(op, output, true);
-    DLTRAIN_CHECK(input.numel() == output.numel() && input.dtype() == output.dtype(), op,
-                  ": in a group of one, input and output must have the same numel and dtype");
+    detail::check_gather_pair(op, output, input, 1);
     Tensor o = output;
     NoGradGuard ng;
     o.copy_(input.reshape(output.shape()));

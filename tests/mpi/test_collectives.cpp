@@ -126,8 +126,7 @@ TEST_CASE("mpi group: channels-last tensors, async overlap and ordering", "[mpi]
 
 TEST_CASE("mpi group: argument errors are raised before anything is sent", "[mpi][collectives]") {
   ProcessGroup& g = default_group();
-  CHECK_THROWS_WITH(g.all_gather(zeros({3}), zeros({3})),
-                    Catch::Contains("expected size() * input.numel()"));
+  CHECK_THROWS_WITH(g.all_gather(zeros({3}), zeros({3})), Catch::Contains("expected size() * 3"));
   CHECK_THROWS_WITH(g.all_reduce(zeros({4}, DType::i32), ReduceOp::Avg),
                     Catch::Contains("averaging needs a floating dtype"));
   CHECK_THROWS_WITH(g.broadcast(zeros({4}), g.size()), Catch::Contains("is not a rank"));
