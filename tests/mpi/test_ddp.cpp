@@ -212,3 +212,41 @@ TEST_CASE("DDP: a model that differs between ranks fails on every rank, naming i
                      "on rank 0") != std::string::npos);
   }
 }
+
+TEST_CASE("DDP + autocast + GradScaler: an overflow on one rank skips the step on every rank",
+          "[mpi][ddp][amp]") {
+  manual_seed(8);
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Linear>(6, 8))
+      .push_back(std::make_shared<nn::ReLU>())
+      .push_back(std::make_shared<nn::Linear>(8, 3));
+  DistributedDataParallel ddp(m);
+  optim::SGD opt(m->parameters(), {.lr = 0.1});
+  amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+  Generator g(3 + static_cast<uint64_t>(rank()));
+  std::vector<int> skipped;
+  for (int step = 0; step < 6; ++step) {
+    Tensor x = randn({4, 6}, {}, &g);
+    // Step 2: rank 1's batch overflows; the averaged gradients are inf on every rank.
+    if (step == 2 && rank() == 1) x = full({4, 6}, 3e38);
+    Tensor y = randint(0, 3, {4}, DType::i64, &g);
+    const auto before = m->parameters()[0].to_vector<float>();
+    opt.zero_grad();
+    {
+      amp::autocast ac(DeviceType::CPU, DType::bf16);
+      Tensor loss = cross_entropy(ddp(x), y);
+      scaler.scale(loss).backward();
+    }
+    scaler.step(opt);
+    scaler.update();
+    if (m->parameters()[0].to_vector<float>() == before) skipped.push_back(step);
+    // The same scale and weights on every rank, every step.
+    const double s = scaler.get_scale();
+    CHECK(all_reduce_value(s, ReduceOp::Max) == all_reduce_value(s, ReduceOp::Min));
+    const double w = sum(m->parameters()[0]).item<double>();
+    CHECK(all_reduce_value(w, ReduceOp::Max) == all_reduce_value(w, ReduceOp::Min));
+  }
+  CHECK(skipped == std::vector<int>{2});
+  // 1024 -> x2 after steps 0-1 -> /2 at step 2 -> x2 after steps 3-4: 2048.
+  CHECK(scaler.get_scale() == 2048.0);
+}
