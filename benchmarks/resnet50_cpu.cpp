@@ -4,7 +4,12 @@
 // and compares (--compare).
 //
 //   resnet50_cpu [--batch 8] [--size 224] [--iters 5] [--warmup 1] [--threads N]
-//                [--arch resnet50] [--channels-last] [--json PATH]
+//                [--arch resnet50] [--channels-last] [--amp] [--json PATH]
+//
+// --amp runs forward and loss under bf16 autocast (the CPU's mixed precision; f32 master
+// weights, no loss scaling needed for bf16). benchmarks/resnet50_cpu_compare.sh runs the three
+// course configurations (f32 NCHW, f32 channels-last, bf16 autocast channels-last) on both
+// sides and prints the ratios.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,7 +36,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int64_t batch = 8, size = 224, iters = 5, warmup = 1;
   int threads = 0;
-  bool channels_last = false;
+  bool channels_last = false, amp_on = false;
   std::string json, arch = "resnet50";
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
@@ -56,12 +61,14 @@ int main(int argc, char** argv) {
       arch = next();
     else if (k == "--channels-last")
       channels_last = true;
+    else if (k == "--amp")
+      amp_on = true;
     else if (k == "--json")
       json = next();
     else {
       std::fprintf(stderr,
                    "usage: resnet50_cpu [--batch N] [--size N] [--iters N] [--warmup N] "
-                   "[--threads N] [--arch resnet50] [--channels-last] [--json PATH]\n");
+                   "[--threads N] [--arch resnet50] [--channels-last] [--amp] [--json PATH]\n");
       return 2;
     }
   }
@@ -77,7 +84,11 @@ int main(int argc, char** argv) {
     std::vector<double> fwd, bwd, stp, tot;
     for (int64_t it = 0; it < warmup + iters; ++it) {
       auto t0 = Clock::now();
-      Tensor loss = cross_entropy(model->forward(x), y);
+      Tensor loss;
+      {
+        amp::autocast ac(DeviceType::CPU, DType::bf16, amp_on);
+        loss = cross_entropy(model->forward(x), y);
+      }
       auto t1 = Clock::now();
       opt.zero_grad();
       loss.backward();
@@ -92,10 +103,10 @@ int main(int argc, char** argv) {
       }
     }
     double img_s = 1e3 * static_cast<double>(batch) / median(tot);
-    std::printf("%s training step, batch %lld, %lldx%lld, %s, %d threads, median of %lld\n",
+    std::printf("%s training step, batch %lld, %lldx%lld, %s, %s, %d threads, median of %lld\n",
                 arch.c_str(), static_cast<long long>(batch), static_cast<long long>(size),
                 static_cast<long long>(size), channels_last ? "channels-last" : "NCHW",
-                get_num_threads(), static_cast<long long>(iters));
+                amp_on ? "bf16 autocast" : "f32", get_num_threads(), static_cast<long long>(iters));
     std::printf(
         "  %-16s %10.1f ms\n  %-16s %10.1f ms\n  %-16s %10.1f ms\n  %-16s %10.1f ms\n"
         "  %-16s %10.2f img/s\n",
@@ -107,9 +118,9 @@ int main(int argc, char** argv) {
       js << "{\"framework\": \"dltrain\", \"arch\": \"" << arch << "\", \"batch\": " << batch
          << ", \"size\": " << size << ", \"threads\": " << get_num_threads()
          << ", \"channels_last\": " << (channels_last ? "true" : "false")
-         << ", \"forward_ms\": " << median(fwd) << ", \"backward_ms\": " << median(bwd)
-         << ", \"step_ms\": " << median(stp) << ", \"total_ms\": " << median(tot)
-         << ", \"img_per_s\": " << img_s << "}\n";
+         << ", \"amp\": " << (amp_on ? "\"bf16\"" : "null") << ", \"forward_ms\": " << median(fwd)
+         << ", \"backward_ms\": " << median(bwd) << ", \"step_ms\": " << median(stp)
+         << ", \"total_ms\": " << median(tot) << ", \"img_per_s\": " << img_s << "}\n";
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "resnet50_cpu: error: %s\n", e.what());

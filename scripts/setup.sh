@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package dltrain needs to build and test, idempotently.
-# Usage: scripts/setup.sh [--peers]   (--peers adds PyTorch/torchvision for the benchmark peers
-# and the reference-file generators)
+# Usage: scripts/setup.sh [--peers]   (--peers adds PyTorch/torchvision: Debian's python3-torch
+# 1.13 for /usr/bin/python3, which the reference-file generators use for golden values, and a
+# current PyPI torch + torchvision (oneDNN + MKL, the fair speed peer) in the virtual
+# environment .venv-peers, made with the `python3` first on PATH; several GB)
 set -euo pipefail
 
 pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
@@ -14,8 +16,22 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+peers_venv() {
+  [[ "${1:-}" == "--peers" ]] || return 0
+  local venv
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-peers"
+  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import torch, torchvision" 2>/dev/null; then
+    echo "setup: $venv has torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
+    return 0
+  fi
+  echo "setup: installing PyPI torch + torchvision into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q torch torchvision numpy
+}
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#pkgs[@]} packages present"
+  peers_venv "${1:-}"
   exit 0
 fi
 echo "setup: installing ${missing[*]}"
@@ -24,3 +40,4 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+peers_venv "${1:-}"
