@@ -1,10 +1,13 @@
 // JPEG coding over TurboJPEG's tj* API (libjpeg-turbo 2.x; the tj3 API of 3.x is not
 // used so that Debian 12's libturbojpeg0-dev suffices).
 //
-// Each thread keeps one decompressor and one compressor handle for its lifetime
-// (thread_local), so no call allocates a handle and concurrent calls never share one.
-// Every tj* call that fails -- warnings included, which is how libjpeg reports a
-// truncated file -- raises dltrain::Error with tjGetErrorStr2's text.
+// Each thread keeps one decompressor and one compressor handle (thread_local), so a
+// successful call allocates no handle and concurrent calls never share one. Every tj* call
+// that fails -- warnings included, which is how libjpeg reports a truncated file -- raises
+// dltrain::Error with tjGetErrorStr2's text, and the handle is destroyed and recreated first:
+// TurboJPEG 2.x leaves a handle whose header parse failed in a state where every later call
+// fails ("Unsupported marker type", "Improper call to JPEG library in state ..."), so one bad
+// file would otherwise poison every later decode on its thread (issue 16).
 //
 // decode_jpeg_region uses libjpeg's own API when the build provides it
 // (DLTRAIN_WITH_LIBJPEG): TurboJPEG 2.x cannot decode part of an image. libjpeg reports
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "dltrain/core/error.hpp"
 
@@ -50,40 +54,58 @@ namespace {
 #endif
 
 #ifdef DLTRAIN_WITH_JPEG
-struct Handle {
-  tjhandle h = nullptr;
-  explicit Handle(bool compress) {
-    h = compress ? tjInitCompress() : tjInitDecompress();
-    DLTRAIN_CHECK(h != nullptr, "TurboJPEG: cannot create a ",
-                  compress ? "compressor" : "decompressor", ": ", tjGetErrorStr2(nullptr));
-  }
-  ~Handle() {
-    if (h) tjDestroy(h);
-  }
+// One thread's TurboJPEG handle, created on first use and after every failure.
+class Handle {
+ public:
+  explicit Handle(bool compress) : compress_(compress) {}
+  ~Handle() { destroy(); }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+  tjhandle get() {
+    if (!h_) {
+      h_ = compress_ ? tjInitCompress() : tjInitDecompress();
+      DLTRAIN_CHECK(h_ != nullptr, "TurboJPEG: cannot create a ",
+                    compress_ ? "compressor" : "decompressor", ": ", tjGetErrorStr2(nullptr));
+    }
+    return h_;
+  }
+  // The handle's error text, after which the handle is dropped (the next get() makes a new
+  // one). Copied out first: tjGetErrorStr2 points into the handle.
+  std::string fail() {
+    std::string why = tjGetErrorStr2(h_);
+    destroy();
+    return why;
+  }
+
+ private:
+  void destroy() {
+    if (h_) tjDestroy(h_);
+    h_ = nullptr;
+  }
+  tjhandle h_ = nullptr;
+  bool compress_;
 };
 
-tjhandle decompressor() {
+Handle& decompressor() {
   thread_local Handle handle(false);
-  return handle.h;
+  return handle;
 }
 
-tjhandle compressor() {
+Handle& compressor() {
   thread_local Handle handle(true);
-  return handle.h;
+  return handle;
 }
 
 struct Header {
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
 };
 
-Header header(tjhandle h, const uint8_t* data, size_t n, const char* op) {
+Header header(Handle& h, const uint8_t* data, size_t n, const char* op) {
   DLTRAIN_CHECK(data != nullptr && n > 0, op, ": the JPEG data is empty");
   Header hd;
-  if (tjDecompressHeader3(h, data, static_cast<unsigned long>(n), &hd.width, &hd.height,
+  if (tjDecompressHeader3(h.get(), data, static_cast<unsigned long>(n), &hd.width, &hd.height,
                           &hd.subsamp, &hd.colorspace) != 0)
-    DLTRAIN_FAIL(op, ": not a valid JPEG (", n, " bytes): ", tjGetErrorStr2(h));
+    DLTRAIN_FAIL(op, ": not a valid JPEG (", n, " bytes): ", h.fail());
   DLTRAIN_CHECK(hd.width > 0 && hd.height > 0, op, ": the JPEG header declares a ", hd.width, "x",
                 hd.height, " image");
   return hd;
@@ -189,7 +211,7 @@ ImageInfo read_jpeg_header(const uint8_t* data, size_t n) {
 
 Image decode_jpeg_scaled(const uint8_t* data, size_t n, JpegScale scale) {
 #ifdef DLTRAIN_WITH_JPEG
-  tjhandle h = decompressor();
+  Handle& h = decompressor();
   const Header hd = header(h, data, n, "decode_jpeg");
   DLTRAIN_CHECK(scale.num >= 1 && scale.denom >= 1 && supported_factor(scale),
                 "decode_jpeg: libjpeg-turbo cannot scale by ", scale.num, "/", scale.denom,
@@ -204,10 +226,10 @@ Image decode_jpeg_scaled(const uint8_t* data, size_t n, JpegScale scale) {
     dst = cmyk_buf.data();
   }
   // width/height arguments are the desired scaled size: TurboJPEG picks the factor from them.
-  if (tjDecompress2(h, data, static_cast<unsigned long>(n), dst, static_cast<int>(w), 0,
+  if (tjDecompress2(h.get(), data, static_cast<unsigned long>(n), dst, static_cast<int>(w), 0,
                     static_cast<int>(ht), cmyk ? TJPF_CMYK : TJPF_RGB, 0) != 0)
     DLTRAIN_FAIL("decode_jpeg: corrupt or truncated JPEG (", hd.width, "x", hd.height, ", ", n,
-                 " bytes): ", tjGetErrorStr2(h));
+                 " bytes): ", h.fail());
   if (cmyk) cmyk_to_rgb(cmyk_buf.data(), img.data(), w * ht);
   return img;
 #else
@@ -347,9 +369,16 @@ Image decode_jpeg_region(const uint8_t* data, size_t n, JpegScale scale, const C
 #ifdef DLTRAIN_WITH_LIBJPEG
   DLTRAIN_CHECK(has_eoi(data, n), "decode_jpeg_region: truncated JPEG (", n,
                 " bytes): no end-of-image marker (FF D9) at its end");
-  thread_local LjDecoder dec;
-  DLTRAIN_CHECK(dec.ok,
-                "decode_jpeg_region: cannot create a libjpeg decompressor: ", dec.err.message);
+  // Recreated after a failure, as the TurboJPEG handles are: jpeg_abort_decompress should
+  // leave it reusable, but a fresh decoder does not depend on that.
+  thread_local std::unique_ptr<LjDecoder> decoder;
+  if (!decoder) decoder = std::make_unique<LjDecoder>();
+  LjDecoder& dec = *decoder;
+  if (!dec.ok) {
+    const std::string why = dec.err.message;
+    decoder.reset();
+    DLTRAIN_FAIL("decode_jpeg_region: cannot create a libjpeg decompressor: ", why);
+  }
   // A 2-pixel margin keeps the region away from the decoded block's edges, where chroma
   // upsampling lacks its neighbours and can differ from the full decode.
   constexpr int64_t kMargin = 2;
@@ -360,9 +389,12 @@ Image decode_jpeg_region(const uint8_t* data, size_t n, JpegScale scale, const C
   padded.width = std::min(sw, region.left + region.width + kMargin) - padded.left;
   std::vector<uint8_t> buf;
   LjRegion r;
-  if (!lj_decode_region(&dec.d, &dec.err, data, n, scale, padded, &buf, &r))
+  if (!lj_decode_region(&dec.d, &dec.err, data, n, scale, padded, &buf, &r)) {
+    const std::string why = dec.err.message;
+    decoder.reset();
     DLTRAIN_FAIL("decode_jpeg_region: corrupt or truncated JPEG (", info.width, "x", info.height,
-                 ", ", n, " bytes): ", dec.err.message);
+                 ", ", n, " bytes): ", why);
+  }
   Image img(static_cast<int64_t>(r.width), padded.height, 3);
   if (r.components == 4)
     cmyk_to_rgb(buf.data(), img.data(), img.width * img.height);
@@ -404,14 +436,14 @@ std::vector<uint8_t> encode_jpeg(const Image& image, int quality, ChromaSubsampl
            : subsampling == ChromaSubsampling::S422 ? TJSAMP_422
                                                     : TJSAMP_420;
   }
-  tjhandle h = compressor();
+  Handle& h = compressor();
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  if (tjCompress2(h, image.data(), static_cast<int>(image.width), 0, static_cast<int>(image.height),
-                  pf, &out, &size, samp, quality, 0) != 0) {
+  if (tjCompress2(h.get(), image.data(), static_cast<int>(image.width), 0,
+                  static_cast<int>(image.height), pf, &out, &size, samp, quality, 0) != 0) {
     if (out) tjFree(out);
     DLTRAIN_FAIL("encode_jpeg: TurboJPEG failed on a ", image.width, "x", image.height, "x",
-                 image.channels, " image: ", tjGetErrorStr2(h));
+                 image.channels, " image: ", h.fail());
   }
   std::vector<uint8_t> bytes(out, out + size);
   tjFree(out);

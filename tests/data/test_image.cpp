@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <thread>
 
 #include "data/data_test_util.hpp"
 #include "dltrain/data/dataloader.hpp"
@@ -275,6 +277,119 @@ TEST_CASE("Corrupt and truncated JPEG data raise errors", "[image][jpeg]") {
     bad[i + 1] = 0xD9;
   }
   REQUIRE_THROWS_WITH(decode_jpeg(bad), Contains("decode_jpeg"));
+}
+
+// Issue 16: a failed call must not poison this thread's decoder handles. Every bad input
+// below fails (or, for CMYK, succeeds) through each entry point, and a valid file decoded
+// right after it, on the same thread, gives exactly the pixels it gives on a fresh thread.
+TEST_CASE("A bad JPEG never breaks later decodes on the same thread", "[image][jpeg]") {
+  REQUIRE_JPEG();
+  Image tex = smooth_image(120, 80);
+  for (size_t i = 0; i < tex.pixels.size(); ++i)
+    tex.pixels[i] = static_cast<uint8_t>(tex.pixels[i] ^ ((i * 2654435761u) >> 28));
+  const auto good = encode_jpeg(tex, 90);
+  const CropBox region{10, 20, 30, 40};
+  // The reference decodes, made on a thread of their own (fresh handles).
+  Image want_full, want_half, want_region;
+  CropBox want_at;
+  std::thread([&] {
+    want_full = decode_jpeg(good);
+    want_half = decode_jpeg_scaled(good.data(), good.size(), {1, 2});
+    want_region = decode_jpeg_region(good.data(), good.size(), {1, 1}, region, want_at);
+  }).join();
+
+  // Locates a marker segment (FF xx) in the header; returns the index of its FF.
+  auto find_marker = [&](uint8_t m) {
+    for (size_t i = 2; i + 1 < good.size(); ++i)
+      if (good[i] == 0xFF && good[i + 1] == m) return i;
+    FAIL("marker not found");
+    return size_t{0};
+  };
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> bad;
+  bad.push_back(
+      {"truncated scan",
+       std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2))});
+  bad.push_back({"truncated header", std::vector<uint8_t>(good.begin(), good.begin() + 60)});
+  std::vector<uint8_t> junk(700);
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<uint8_t>(i * 37 + 11);
+  bad.push_back({"garbage", junk});
+  junk[0] = 0xFF;  // a JPEG signature followed by garbage
+  junk[1] = 0xD8;
+  bad.push_back({"SOI + garbage", junk});
+  bad.push_back({"zero-length", {}});
+  {
+    auto b = good;  // SOF0: FF C0, length(2), precision(1), height(2), width(2), ...
+    b[find_marker(0xC0) + 4] = 12;  // 12-bit precision: unsupported
+    bad.push_back({"12-bit SOF", b});
+  }
+  {
+    auto b = good;  // height 0 (DNL-defined height, which libjpeg does not support)
+    const size_t sof = find_marker(0xC0);
+    b[sof + 5] = 0;
+    b[sof + 6] = 0;
+    bad.push_back({"zero height", b});
+  }
+  {
+    auto b = good;  // a Huffman table whose code counts overflow
+    const size_t dht = find_marker(0xC4);
+    for (size_t k = 0; k < 16; ++k) b[dht + 5 + k] = 0xFF;
+    bad.push_back({"bogus Huffman table", b});
+  }
+  {
+    auto b = good;  // a quantisation table segment with a bad length
+    const size_t dqt = find_marker(0xDB);
+    b[dqt + 2] = 0;
+    b[dqt + 3] = 1;
+    bad.push_back({"bad DQT length", b});
+  }
+  {
+    auto b = good;  // markers injected into the entropy-coded scan
+    for (size_t i = b.size() / 2; i < b.size() / 2 + 40; i += 2) {
+      b[i] = 0xFF;
+      b[i + 1] = 0xD9;
+    }
+    bad.push_back({"corrupt scan", b});
+  }
+  Image cmyk(32, 16, 4);
+  for (size_t i = 0; i < cmyk.pixels.size(); ++i) cmyk.pixels[i] = static_cast<uint8_t>(i * 7);
+  const auto cmyk_bytes = encode_jpeg(cmyk, 95);  // decodes (converted to RGB)
+
+  auto check_good = [&] {
+    REQUIRE(read_jpeg_header(good).width == 120);
+    REQUIRE(decode_jpeg(good).pixels == want_full.pixels);
+    REQUIRE(decode_jpeg_scaled(good.data(), good.size(), {1, 2}).pixels == want_half.pixels);
+    CropBox at;
+    const Image r = decode_jpeg_region(good.data(), good.size(), {1, 1}, region, at);
+    REQUIRE(crop(r, at).pixels == crop(want_region, want_at).pixels);
+  };
+  int failures = 0;
+  for (const auto& [what, bytes] : bad) {
+    INFO("after: " << what);
+    // Each entry point in turn, each followed by the valid file.
+    auto expect_error = [&](auto&& call) {
+      try {
+        call();
+      } catch (const Error&) {
+        ++failures;
+      }
+      check_good();
+    };
+    expect_error([&] { read_jpeg_header(bytes); });
+    expect_error([&] { decode_jpeg(bytes); });
+    expect_error([&] { decode_jpeg_scaled(bytes.data(), bytes.size(), {1, 2}); });
+    expect_error([&] {
+      CropBox at;
+      decode_jpeg_region(bytes.data(), bytes.size(), {1, 1}, {0, 0, 8, 8}, at);
+    });
+    // decode_jpeg (the full decode) rejects every one of them.
+    REQUIRE_THROWS_AS(decode_jpeg(bytes), Error);
+    check_good();
+  }
+  INFO("after: CMYK");
+  REQUIRE(decode_jpeg(cmyk_bytes).channels == 3);
+  check_good();
+  // Most entry points fail on most inputs (a header read succeeds on a truncated scan).
+  REQUIRE(failures >= 3 * static_cast<int>(bad.size()));
 }
 
 // --- transforms ------------------------------------------------------------------------
@@ -719,6 +834,105 @@ TEST_CASE("ImageFolder batches are identical with and without loader workers",
   TempDir other("imgfolder_gen3");
   write_image_folder(other.str(), images, from_vector(lab, {40}), mo);
   REQUIRE(read_bytes(dir.str() + f) != read_bytes(other.str() + f));
+}
+
+// Issue 16: corrupt files among valid ones, all decoded by one loader worker (one thread,
+// one set of decoder handles). The error policy fails exactly the corrupt samples, each
+// error naming its own file; the skip policy skips exactly the corrupt samples. Every valid
+// sample gives the pixels it gives on a thread that never saw a corrupt file.
+TEST_CASE("ImageFolder with corrupt files among valid ones on one worker", "[image][folder]") {
+  REQUIRE_JPEG();
+  TempDir dir("imgfolder_mixed");
+  const std::string root = dir.str();
+  const auto valid = [](int k) { return encode_jpeg(smooth_image(60 + 4 * k, 50 + 3 * k), 90); };
+  const auto good = valid(0);
+  std::vector<uint8_t> garbage(600), soi_garbage(600);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(i * 37 + 11);
+  soi_garbage = garbage;
+  soi_garbage[0] = 0xFF;  // the kind that used to poison the thread's decoder
+  soi_garbage[1] = 0xD8;
+  auto twelve_bit = good;
+  for (size_t i = 2; i + 4 < twelve_bit.size(); ++i)
+    if (twelve_bit[i] == 0xFF && twelve_bit[i + 1] == 0xC0) {
+      twelve_bit[i + 4] = 12;
+      break;
+    }
+  // Sorted order interleaves them; sample 0 is valid (begin() builds the first batch).
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> files = {
+      {"a/00.jpg", valid(1)},
+      {"a/01_soi_garbage.jpg", soi_garbage},
+      {"a/02.jpg", valid(2)},
+      {"a/03_truncated.jpg",
+       std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2))},
+      {"a/04.jpg", valid(3)},
+      {"b/05_garbage.jpg", garbage},
+      {"b/06.jpg", valid(4)},
+      {"b/07_empty.jpg", {}},
+      {"b/08.jpg", valid(5)},
+      {"b/09_12bit.jpg", twelve_bit},
+      {"b/10.jpg", valid(6)},
+      {"b/11.jpg", valid(7)},
+  };
+  std::set<int64_t> corrupt;
+  for (size_t i = 0; i < files.size(); ++i) {
+    fs::create_directories(fs::path(root + "/" + files[i].first).parent_path());
+    write_bytes(root + "/" + files[i].first, files[i].second);
+    if (files[i].first.find('_') != std::string::npos) corrupt.insert(static_cast<int64_t>(i));
+  }
+  const int64_t n = static_cast<int64_t>(files.size());
+  // The reference: each valid sample alone, on a fresh thread.
+  std::map<int64_t, std::vector<int>> want;
+  std::thread([&] {
+    ImageFolder ref(root);
+    for (int64_t i = 0; i < n; ++i)
+      if (!corrupt.count(i)) want[i] = ref.get_batch({i}).data.contiguous().to_vector<int>();
+  }).join();
+  REQUIRE(want.size() == 7);
+
+  SECTION("CorruptPolicy::Error names each corrupt file, and only those") {
+    auto ds = std::make_shared<ImageFolder>(root);
+    DataLoader loader(ds, DataLoaderOptions{.batch_size = 1, .num_workers = 1});
+    auto it = loader.begin();
+    std::set<int64_t> failed;
+    for (int64_t i = 0; i < n; ++i) {
+      INFO("sample " << i << ": " << files[static_cast<size_t>(i)].first);
+      if (i > 0) {
+        try {
+          ++it;
+        } catch (const Error& e) {
+          failed.insert(i);
+          const std::string msg = e.what();
+          REQUIRE_THAT(msg, Contains(root + "/" + files[static_cast<size_t>(i)].first) &&
+                                Contains("CorruptPolicy::Skip"));
+          for (size_t j = 0; j < files.size(); ++j)  // no other file is blamed
+            if (j != static_cast<size_t>(i)) REQUIRE_THAT(msg, !Contains(files[j].first));
+          continue;
+        }
+      }
+      REQUIRE(it->data.contiguous().to_vector<int>() == want.at(i));
+      REQUIRE(it->target.item<int64_t>() == (i < 5 ? 0 : 1));
+    }
+    REQUIRE(failed == corrupt);
+    REQUIRE(ds->skipped() == 0);
+  }
+
+  SECTION("CorruptPolicy::Skip skips exactly the corrupt files") {
+    ImageFolderOptions o;
+    o.on_corrupt = CorruptPolicy::Skip;
+    auto ds = std::make_shared<ImageFolder>(root, o);
+    DataLoader loader(ds, DataLoaderOptions{.batch_size = 4, .num_workers = 1});
+    int64_t i = 0;
+    for (const Batch& b : loader) {
+      for (int64_t k = 0; k < b.data.size(0); ++k, ++i) {
+        int64_t j = i;  // a corrupt sample is replaced by the next valid one
+        while (corrupt.count(j)) j = (j + 1) % n;
+        INFO("sample " << i << " -> " << j);
+        REQUIRE(b.data.select(0, k).contiguous().to_vector<int>() == want.at(j));
+      }
+    }
+    REQUIRE(i == n);
+    REQUIRE(ds->skipped() == static_cast<int64_t>(corrupt.size()));
+  }
 }
 
 TEST_CASE("ImageFolder corrupt-file policies and errors", "[image][folder]") {

@@ -14,8 +14,9 @@
 // Every failure (not a JPEG, corrupt or truncated data, including libjpeg warnings such
 // as "Premature end of JPEG file") raises dltrain::Error carrying libjpeg's own message;
 // callers add the file name. Coding handles are per thread, so all functions here are
-// safe to call concurrently. In a build without TurboJPEG (jpeg_supported() == false) they
-// raise an error that says to install libturbojpeg0-dev and rebuild.
+// safe to call concurrently, and a handle is recreated after any failure, so a bad file never
+// affects the next decode on its thread. In a build without TurboJPEG (jpeg_supported() == false)
+// they raise an error that says to install libturbojpeg0-dev and rebuild.
 #pragma once
 
 #include <cstddef>
