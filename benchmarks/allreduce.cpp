@@ -32,7 +32,10 @@ int main(int argc, char** argv) {
                      : dtype == "bf16" ? DType::bf16
                      : dtype == "f64"  ? DType::f64
                                        : DType::f32;
-    distributed::ProcessGroup& g = distributed::init({.use_gpu = dev != "cpu", .verbose = false});
+    // On GPUs always NCCL, even in a world of one (its own path, measured on one GPU too).
+    distributed::ProcessGroup& g = distributed::init(
+        {.backend = dev == "cpu" ? distributed::Backend::Auto : distributed::Backend::NCCL,
+         .use_gpu = dev != "cpu"});
     const Device d = dev == "cpu" ? Device::cpu() : distributed::device();
     DLTRAIN_CHECK(dev == "cpu" || d.is_cuda(), "--device cuda: no GPU visible");
     const int n = g.size();

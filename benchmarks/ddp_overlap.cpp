@@ -31,7 +31,9 @@ int main(int argc, char** argv) {
   f.add("--bucket-mb", &bucket_mb).add_switch("--channels-last", &channels_last);
   f.parse(argc, argv);
   try {
-    distributed::ProcessGroup& g = distributed::init({.use_gpu = dev != "cpu"});
+    distributed::ProcessGroup& g = distributed::init(
+        {.backend = dev == "cpu" ? distributed::Backend::Auto : distributed::Backend::NCCL,
+         .use_gpu = dev != "cpu"});
     const Device d = dev == "cpu" ? Device::cpu() : distributed::device();
     DLTRAIN_CHECK(dev == "cpu" || d.is_cuda(), "--device cuda: no GPU visible");
     manual_seed(0);

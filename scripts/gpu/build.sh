@@ -156,6 +156,26 @@ if ! first_file libcublasLt.so "${lib_dirs[@]}" > /dev/null; then
   say "cuBLAS from pip: $(dirname "$lt")"
 fi
 
+# NCCL (the distributed NCCL group): the toolkit's or system's, else pip's nvidia-nccl; without
+# it the build has MPI/NCCL stubs and the NCCL tests fail with "built without NCCL".
+nccl_args=()
+if ! first_file nccl.h "${inc_dirs[@]}" > /dev/null; then
+  nh="" nl=""
+  if [[ -n $site && -d $site/nvidia ]]; then
+    nh=$(find "$site/nvidia" -maxdepth 4 -name nccl.h | sort | head -n 1 || true)
+    nl=$(find "$site/nvidia" -maxdepth 4 -name 'libnccl.so*' | sort | head -n 1 || true)
+  fi
+  if [[ -n $nh && -n $nl ]]; then
+    mkdir -p "$prefix/nccl"
+    ln -sf "$(readlink -f "$nl")" "$prefix/nccl/libnccl.so"
+    nccl_args=(-DNCCL_INCLUDE_DIR="$(dirname "$nh")" -DNCCL_LIBRARY="$prefix/nccl/libnccl.so")
+    ld_dirs+=("$(dirname "$(readlink -f "$nl")")")
+    say "NCCL from pip: $nh, $nl"
+  else
+    say "NCCL not found (no nccl.h in ${inc_dirs[*]} nor pip's nvidia/nccl): NCCL groups stubbed"
+  fi
+fi
+
 # Runtime search path for libraries not in the loader's default dirs; test.sh/bench.sh source it.
 # The toolkit's own lib dirs come last (cudart, cuBLAS: binaries built on another machine carry
 # that machine's RUNPATH).
@@ -186,6 +206,7 @@ cmake_args=(-S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA=ON
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DCUDNN_ROOT="$shim"
   -DCUDNN_INCLUDE_DIR="$(dirname "$cudnn_h")" -DCUDNN_LIBRARY="$shim/lib/libcudnn.so")
 [[ -n $cmake_lib_path ]] && cmake_args+=(-DCMAKE_LIBRARY_PATH="$cmake_lib_path")
+((${#nccl_args[@]})) && cmake_args+=("${nccl_args[@]}")
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja > /dev/null; then
   cmake_args+=(-G Ninja)
 fi
