@@ -1,9 +1,22 @@
+// HDF5 checkpoints (layout and crash-safety invariants in dltrain/io/checkpoint.hpp).
+//
+// Corrupt files (issue 16): a checkpoint carries a CRC of all its bytes in a header before
+// the HDF5 data (src/io/checkpoint_header.hpp), checked before HDF5 sees the file, because
+// HDF5 1.10 can crash or read freed memory while parsing damaged metadata. The HDF5 part is
+// written with library-version bounds [1.8, 1.10]: superblock v2 and object headers v2,
+// whose metadata HDF5 checksums itself (so h5py also notices damage), and nothing newer
+// than HDF5 1.10 can read. Files from before the header (format 1, no CRC) still load; for
+// them every size read from the file is checked against the file's size before anything is
+// allocated, so damage gives an error rather than a huge allocation.
 #include "dltrain/io/checkpoint.hpp"
+
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "dltrain/amp/grad_scaler.hpp"
@@ -16,6 +29,10 @@
 #include "dltrain/version.hpp"
 
 #ifdef DLTRAIN_WITH_HDF5
+#ifndef DLTRAIN_WITH_ZLIB
+#error "checkpoints need zlib for their CRC: CMakeLists.txt turns HDF5 off without it"
+#endif
+#include "src/io/checkpoint_header.hpp"
 #include "src/io/hdf5_util.hpp"
 #endif
 
@@ -93,14 +110,23 @@ void write_string_attr(hid_t loc, const std::string& name, const std::string& va
   check_status(H5Awrite(attr, type, padded.data()), path, "write an attribute");
 }
 
+// Sizes read from a file are checked against this before anything is allocated.
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
 std::string read_string_attr(hid_t loc, const std::string& name, const std::string& path) {
   DLTRAIN_CHECK(H5Aexists(loc, name.c_str()) > 0, "checkpoint '", path, "': missing attribute '",
                 name, "'; the file is not a dltrain checkpoint or is corrupt");
   Hid attr(check_id(H5Aopen(loc, name.c_str(), H5P_DEFAULT), path, "open an attribute"), H5Aclose);
-  Hid ftype(H5Aget_type(attr), H5Tclose);
-  DLTRAIN_CHECK(H5Tget_class(ftype) == H5T_STRING, "checkpoint '", path, "': attribute '", name,
-                "' is not a string");
+  Hid ftype(check_id(H5Aget_type(attr), path, "read an attribute's type"), H5Tclose);
+  DLTRAIN_CHECK(H5Tget_class(ftype) == H5T_STRING && H5Tis_variable_str(ftype) == 0, "checkpoint '",
+                path, "': attribute '", name,
+                "' is not a fixed-length string; the file is corrupt");
   const size_t n = H5Tget_size(ftype);
+  DLTRAIN_CHECK(n >= 1 && n <= file_size(path), "checkpoint '", path, "': attribute '", name,
+                "' claims ", n, " bytes, more than the file holds; the file is corrupt");
   Hid mtype(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(mtype, n);
   std::string s(n, '\0');
@@ -156,26 +182,50 @@ StateDict read_state(hid_t file, const char* group, const std::string& path) {
   Hid g(check_id(H5Gopen2(file, group, H5P_DEFAULT), path, "open a group"), H5Gclose);
   H5G_info_t info;
   check_status(H5Gget_info(g, &info), path, "list a group");
+  const uint64_t fsize = file_size(path);
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     ssize_t n =
         H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-    check_status(static_cast<herr_t>(n < 0 ? -1 : 0), path, "read an entry name");
+    check_status(static_cast<herr_t>(n < 0 || static_cast<uint64_t>(n) > fsize ? -1 : 0), path,
+                 "read an entry name");
     std::string key(static_cast<size_t>(n) + 1, '\0');
-    H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, key.data(), key.size(),
-                       H5P_DEFAULT);
+    check_status(static_cast<herr_t>(H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i,
+                                                        key.data(), key.size(), H5P_DEFAULT) < 0
+                                         ? -1
+                                         : 0),
+                 path, "read an entry name");
     key.resize(static_cast<size_t>(n));
     Hid ds(check_id(H5Dopen2(g, key.c_str(), H5P_DEFAULT), path, "open a dataset"), H5Dclose);
     const DType dt = dtype_from_name(read_string_attr(ds, "dtype", path), path, key);
-    Hid space(H5Dget_space(ds), H5Sclose);
+    Hid space(check_id(H5Dget_space(ds), path, "read a dataset's shape"), H5Sclose);
     const int nd = H5Sget_simple_extent_ndims(space);
     check_status(nd, path, "read a dataset's shape");
+    DLTRAIN_CHECK(nd <= H5S_MAX_RANK, "checkpoint '", path, "': entry '", group, "/", key,
+                  "' claims ", nd, " dimensions; the file is corrupt");
     std::vector<hsize_t> dims(static_cast<size_t>(nd));
-    if (nd > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    if (nd > 0)
+      check_status(H5Sget_simple_extent_dims(space, dims.data(), nullptr), path,
+                   "read a dataset's shape");
+    Hid ftype(check_id(H5Dget_type(ds), path, "read a dataset's type"), H5Tclose);
+    DLTRAIN_CHECK(
+        H5Tget_size(ftype) == dtype_size(dt) && H5Tget_class(ftype) == H5Tget_class(h5_type(dt)),
+        "checkpoint '", path, "': entry '", group, "/", key, "' stores ", H5Tget_size(ftype),
+        "-byte elements of HDF5 class ", H5Tget_class(ftype), " but says dtype ", dt,
+        "; the file is corrupt");
+    // The shape's byte count, checked against the file before allocating it (a corrupt
+    // dataspace can claim terabytes); overflow counts as too large.
+    uint64_t bytes = dtype_size(dt);
+    for (hsize_t d : dims) {
+      DLTRAIN_CHECK(d == 0 || bytes <= fsize / d, "checkpoint '", path, "': entry '", group, "/",
+                    key, "' claims a shape larger than the file (", fsize,
+                    " bytes); the file is corrupt");
+      bytes *= d;
+    }
+    const uint64_t stored = bytes > 0 ? H5Dget_storage_size(ds) : 0;
+    DLTRAIN_CHECK(stored == bytes, "checkpoint '", path, "': entry '", group, "/", key, "' has ",
+                  stored, " bytes of data but its shape needs ", bytes,
+                  "; the file is truncated or corrupt");
     Shape shape(dims.begin(), dims.end());
-    Hid ftype(H5Dget_type(ds), H5Tclose);
-    DLTRAIN_CHECK(H5Tget_size(ftype) == dtype_size(dt), "checkpoint '", path, "': entry '", group,
-                  "/", key, "' stores ", H5Tget_size(ftype), "-byte elements but says dtype ", dt,
-                  "; the file is corrupt");
     Tensor t = empty(shape, dt);
     if (t.numel() > 0) {
       check_status(H5Dread(ds, h5_type(dt), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path,
@@ -187,7 +237,6 @@ StateDict read_state(hid_t file, const char* group, const std::string& path) {
 }
 
 std::string rotated(const std::string& path, int64_t i) { return path + "." + std::to_string(i); }
-
 using h5::sync_path;
 
 }  // namespace
@@ -204,26 +253,39 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
                 "' does not exist; create it first");
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   try {
+    // A user block for the integrity header, and format bounds [1.8, 1.10] (file comment).
+    Hid fcpl(check_id(H5Pcreate(H5P_FILE_CREATE), tmp, "make file-creation properties"), H5Pclose);
+    check_status(H5Pset_userblock(fcpl, detail::kCheckpointHeaderBytes), tmp,
+                 "reserve the checkpoint header");
+    Hid fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), tmp, "make file-access properties"), H5Pclose);
+#if H5_VERSION_GE(1, 10, 2)
+    check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), tmp,
+                 "choose the HDF5 format versions");
+#else
+    check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_18, H5F_LIBVER_LATEST), tmp,
+                 "choose the HDF5 format versions");
+#endif
+    Hid file(check_id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl), tmp,
+                      "create the temporary file (is the directory writable?)"),
+             H5Fclose);
+    write_int_attr(file, "format_version", kCheckpointFormat, tmp);
+    write_string_attr(file, "dltrain_version", kVersion, tmp);
+    write_int_attr(file, "epoch", ckpt.progress.epoch, tmp);
+    write_int_attr(file, "step", ckpt.progress.step, tmp);
+    write_int_attr(file, "batch_in_epoch", ckpt.progress.batch_in_epoch, tmp);
+    write_int_attr(file, "rng_seed", static_cast<int64_t>(ckpt.rng_seed), tmp);
+    write_int_attr(file, "rng_offset", static_cast<int64_t>(ckpt.rng_offset), tmp);
+    write_state(file, "model", ckpt.model, tmp);
+    write_state(file, "optimizer", ckpt.optimizer, tmp);
+    write_state(file, "scheduler", ckpt.scheduler, tmp);
+    if (!ckpt.scaler.empty()) write_state(file, "scaler", ckpt.scaler, tmp);
     {
-      Hid file(check_id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp,
-                        "create the temporary file (is the directory writable?)"),
-               H5Fclose);
-      write_int_attr(file, "format_version", kCheckpointFormat, tmp);
-      write_string_attr(file, "dltrain_version", kVersion, tmp);
-      write_int_attr(file, "epoch", ckpt.progress.epoch, tmp);
-      write_int_attr(file, "step", ckpt.progress.step, tmp);
-      write_int_attr(file, "batch_in_epoch", ckpt.progress.batch_in_epoch, tmp);
-      write_int_attr(file, "rng_seed", static_cast<int64_t>(ckpt.rng_seed), tmp);
-      write_int_attr(file, "rng_offset", static_cast<int64_t>(ckpt.rng_offset), tmp);
-      write_state(file, "model", ckpt.model, tmp);
-      write_state(file, "optimizer", ckpt.optimizer, tmp);
-      write_state(file, "scheduler", ckpt.scheduler, tmp);
-      if (!ckpt.scaler.empty()) write_state(file, "scaler", ckpt.scaler, tmp);
       Hid meta = create_group(file, "metadata", tmp);
       for (const auto& [k, v] : ckpt.metadata) write_string_attr(meta, k, v, tmp);
-      check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush the file");
     }
-    sync_path(tmp, false);
+    check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush the file");
+    check_status(H5Fclose(file.release()), tmp, "close the file (disk full?)");
+    detail::stamp_checkpoint_header(tmp, kCheckpointFormat);  // also fsyncs
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
@@ -249,22 +311,33 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  std::lock_guard<std::mutex> lock(hdf5_mutex());
-  h5::quiet();
   DLTRAIN_CHECK(std::filesystem::exists(path), "read_checkpoint: no file '", path,
                 "'; check the path (older checkpoints are kept as '", path, ".1', ...)");
-  htri_t is_h5 = H5Fis_hdf5(path.c_str());
-  DLTRAIN_CHECK(is_h5 > 0, "read_checkpoint('", path,
-                "'): not an HDF5 file (or truncated before its header); it is not a dltrain "
-                "checkpoint");
+  // Every byte checked before HDF5 parses any (outside the HDF5 lock: plain reads).
+  const std::optional<int64_t> header_format = detail::verify_checkpoint_header(path);
+  auto check_format = [&](int64_t f) {
+    DLTRAIN_CHECK(f <= kCheckpointFormat, "read_checkpoint('", path,
+                  "'): written in checkpoint format ", f, " but this dltrain (", kVersion,
+                  ") reads up to format ", kCheckpointFormat, "; upgrade dltrain");
+  };
+  if (header_format) check_format(*header_format);
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  h5::quiet();
+  if (!header_format) {
+    htri_t is_h5 = H5Fis_hdf5(path.c_str());
+    DLTRAIN_CHECK(is_h5 > 0, "read_checkpoint('", path,
+                  "'): not an HDF5 file (or truncated before its header); it is not a dltrain "
+                  "checkpoint");
+  }
   Hid file(check_id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path,
                     "open the file (truncated?)"),
            H5Fclose);
   Checkpoint c;
   c.format_version = read_int_attr(file, "format_version", path);
-  DLTRAIN_CHECK(c.format_version <= kCheckpointFormat, "read_checkpoint('", path,
-                "'): written in checkpoint format ", c.format_version, " but this dltrain (",
-                kVersion, ") reads up to format ", kCheckpointFormat, "; upgrade dltrain");
+  check_format(c.format_version);
+  DLTRAIN_CHECK(!header_format || *header_format == c.format_version, "read_checkpoint('", path,
+                "'): its header says format ", header_format.value_or(0),
+                " but its HDF5 attribute says ", c.format_version, "; the file is corrupt");
   c.dltrain_version = read_string_attr(file, "dltrain_version", path);
   c.progress.epoch = read_int_attr(file, "epoch", path);
   c.progress.step = read_int_attr(file, "step", path);

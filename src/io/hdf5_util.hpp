@@ -62,6 +62,12 @@ class Hid {
     id_ = -1;
   }
   hid_t get() const { return id_; }
+  /// Gives up ownership (for a close whose status the caller checks).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
   operator hid_t() const { return id_; }  // NOLINT: used as an hid_t in HDF5 calls
 
  private:

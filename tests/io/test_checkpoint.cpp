@@ -6,18 +6,23 @@
 // environment variables.
 #include <hdf5.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
+#include "io/io_test_util.hpp"
 
 using namespace dltrain;
 using Catch::Contains;
@@ -52,6 +57,74 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   Tensor ac = a.contiguous(), bc = b.contiguous();
   return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.numel() * ac.element_size()) == 0;
+}
+
+// Same entries in the same order with the same bits, same progress, RNG, metadata.
+bool same_checkpoint(const io::Checkpoint& a, const io::Checkpoint& b) {
+  auto same_dict = [](const StateDict& x, const StateDict& y) {
+    if (x.keys() != y.keys()) return false;
+    for (const auto& [k, t] : x)
+      if (!bitwise_equal(t, y.at(k))) return false;
+    return true;
+  };
+  return same_dict(a.model, b.model) && same_dict(a.optimizer, b.optimizer) &&
+         same_dict(a.scheduler, b.scheduler) && same_dict(a.scaler, b.scaler) &&
+         a.progress.epoch == b.progress.epoch && a.progress.step == b.progress.step &&
+         a.progress.batch_in_epoch == b.progress.batch_in_epoch && a.rng_seed == b.rng_seed &&
+         a.rng_offset == b.rng_offset && a.metadata == b.metadata &&
+         a.dltrain_version == b.dltrain_version && a.format_version == b.format_version;
+}
+
+// The content of tests/reference/io/checkpoint_format1.h5, which write_checkpoint wrote before
+// checkpoints had an integrity header (dltrain 0.1.0 at commit 131e66b): values chosen by hand
+// so that they do not depend on any random generator.
+io::Checkpoint format1_fixture() {
+  io::Checkpoint c;
+  c.model.insert("conv.weight",
+                 sub(mul(arange(0, 24, 1, DType::f32), 0.5), 3.0).reshape({2, 3, 2, 2}));
+  c.model.insert("bn.running_var", from_vector(std::vector<float>{1.f, 2.5f, 4.f}));
+  c.model.insert("bn.num_batches_tracked", scalar_tensor(7, DType::i64));
+  c.model.insert("half", from_vector(std::vector<float>{0.5f, -1.f, 2.f, 65504.f}).to(DType::f16));
+  c.model.insert("bf", from_vector(std::vector<float>{0.5f, -3.f, 1024.f}).to(DType::bf16));
+  c.model.insert("f64", from_vector(std::vector<double>{0.1, -0.2, 1e300, 3}).reshape({2, 2}));
+  c.model.insert("i32", from_vector(std::vector<int32_t>{-1, 7, 1 << 30}));
+  c.model.insert("u8", from_vector(std::vector<uint8_t>{0, 255}));
+  c.model.insert("bool", gt(from_vector(std::vector<float>{1.f, -1.f, 2.f}), 0.0));
+  c.model.insert("empty", zeros({0, 3}));
+  c.optimizer.insert_scalar("param_groups.0.lr", 0.125);
+  c.optimizer.insert("state.0.momentum_buffer",
+                     from_vector(std::vector<float>{1.f, 2.f, 3.f, 4.f}));
+  c.scheduler.insert("last_epoch", scalar_tensor(3, DType::i64));
+  c.progress = {2, 345, 6};
+  c.rng_seed = 11;
+  c.rng_offset = 1ull << 33;
+  c.metadata = {{"arch", "format1-fixture"},
+                {"note", "written by dltrain before checkpoint integrity headers"}};
+  c.dltrain_version = "0.1.0";
+  c.format_version = 1;
+  return c;
+}
+
+// What the mutation test corrupts: every part a checkpoint has, with small tensors so that
+// HDF5's metadata is a large share of the bytes, and more than 8 entries in /model so that
+// the group uses HDF5's dense link storage (fractal heap and B-tree) as real models do.
+io::Checkpoint mutation_subject() {
+  io::Checkpoint c;
+  Generator g(16);
+  for (int i = 0; i < 12; ++i)
+    c.model.insert("layer" + std::to_string(i) + ".weight",
+                   randn({3 + i, 2}, i % 3 == 0 ? DType::f16 : DType::f32, &g));
+  c.model.insert("bn.num_batches_tracked", scalar_tensor(5, DType::i64));
+  c.model.insert("fc.weight", randn({16, 64}, DType::f32, &g));
+  c.optimizer.insert_scalar("param_groups.0.lr", 0.1);
+  c.optimizer.insert("state.0.exp_avg", randn({6}, DType::f32, &g));
+  c.scheduler.insert_scalar("last_epoch", 4, true);
+  c.scaler.insert_scalar("scale", 65536.0);
+  c.progress = {1, 77, 3};
+  c.rng_seed = 5;
+  c.rng_offset = 640;
+  c.metadata = {{"arch", "mutation-subject"}, {"note", "issue 16"}};
+  return c;
 }
 
 // --- the Fashion-MNIST CNN training run used by the resume test ----------------------
@@ -161,11 +234,35 @@ TEST_CASE("checkpoint round trip: every dtype, order, progress, RNG, metadata", 
   REQUIRE_FALSE(fs::exists(path + ".tmp-" + std::to_string(::getpid())));
 }
 
+// Rewrites a checkpoint's header field at `offset` (8 bytes, little-endian) and its CRC, as
+// a future dltrain would write them (the CRC covers the file with bytes 20-23 as zero).
+void restamp(const std::string& path, size_t offset, uint64_t value) {
+  std::vector<uint8_t> b = testing::read_bytes(path);
+  for (int i = 0; i < 8; ++i) b[offset + i] = static_cast<uint8_t>(value >> (8 * i));
+  for (int i = 0; i < 4; ++i) b[20 + i] = 0;
+  const uint32_t crc = testing::crc32(b);
+  for (int i = 0; i < 4; ++i) b[20 + i] = static_cast<uint8_t>(crc >> (8 * i));
+  testing::write_bytes(path, b);
+}
+
+// Sets the format_version attribute of an HDF5 checkpoint with the HDF5 API.
+void set_format_attribute(const std::string& path, int64_t v) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
 TEST_CASE("checkpoint errors: missing, not HDF5, truncated, newer format", "[io][ckpt]") {
   REQUIRE_THROWS_WITH(io::read_checkpoint(scratch("nope.h5")), Contains("no file"));
   const std::string text = scratch("text.h5");
   std::ofstream(text) << "this is not an HDF5 file\n";
-  REQUIRE_THROWS_WITH(io::read_checkpoint(text), Contains("not an HDF5 file"));
+  REQUIRE_THROWS_WITH(io::read_checkpoint(text), Contains("not a dltrain checkpoint"));
+  const std::string empty_file = scratch("empty.h5");
+  std::ofstream{empty_file};
+  REQUIRE_THROWS_WITH(io::read_checkpoint(empty_file), Contains("not a dltrain checkpoint"));
 
   io::Checkpoint c;
   c.model.insert("w", randn({256, 256}));
@@ -177,25 +274,95 @@ TEST_CASE("checkpoint errors: missing, not HDF5, truncated, newer format", "[io]
     fs::copy_file(path, cut, fs::copy_options::overwrite_existing);
     fs::resize_file(cut, static_cast<uintmax_t>(static_cast<double>(size) * frac));
     INFO("cut at " << frac);
-    REQUIRE_THROWS_WITH(io::read_checkpoint(cut), Contains(cut));
+    REQUIRE_THROWS_WITH(io::read_checkpoint(cut), Contains(cut) && Contains("truncated"));
   }
 
-  // A file from a future dltrain: bump the format attribute with the HDF5 API.
+  // A file from a future dltrain: a larger format in the header (and the attribute).
   const std::string future = scratch("future.h5");
   fs::copy_file(path, future, fs::copy_options::overwrite_existing);
-  {
-    hid_t f = H5Fopen(future.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    int64_t v = io::kCheckpointFormat + 1;
-    H5Awrite(a, H5T_NATIVE_INT64, &v);
-    H5Aclose(a);
-    H5Fclose(f);
-  }
+  set_format_attribute(future, io::kCheckpointFormat + 1);
+  restamp(future, 24, io::kCheckpointFormat + 1);
   REQUIRE_THROWS_WITH(io::read_checkpoint(future),
+                      Contains("format " + std::to_string(io::kCheckpointFormat + 1)) &&
+                          Contains("upgrade dltrain"));
+  // The same for a file without a header (written before headers existed).
+  const std::string old_future = scratch("old_future.h5");
+  fs::copy_file(DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5", old_future,
+                fs::copy_options::overwrite_existing);
+  set_format_attribute(old_future, io::kCheckpointFormat + 1);
+  REQUIRE_THROWS_WITH(io::read_checkpoint(old_future),
                       Contains("format " + std::to_string(io::kCheckpointFormat + 1)) &&
                           Contains("upgrade dltrain"));
   REQUIRE_THROWS_WITH(io::write_checkpoint(scratch("no/such/dir/x.h5"), c),
                       Contains("does not exist"));
+}
+
+// Issue 16: every byte of a checkpoint is covered by the CRC in its header, which is checked
+// before HDF5 reads anything; the HDF5 part stays a plain HDF5 1.8/1.10 file with checksummed
+// metadata (superblock and object headers version 2).
+TEST_CASE("checkpoint integrity header: CRC, size, version; the HDF5 part stays readable",
+          "[io][ckpt][corrupt]") {
+  io::Checkpoint c;
+  c.model.insert("w", randn({64, 64}));
+  c.metadata = {{"arch", "x"}};
+  const std::string path = scratch("crc.h5");
+  io::write_checkpoint(path, c);
+  const std::vector<uint8_t> bytes = testing::read_bytes(path);
+  REQUIRE(std::string(bytes.begin(), bytes.begin() + 16) == "dltrain ckpt\r\n\x1a\n");
+  REQUIRE(std::string(bytes.begin() + 512, bytes.begin() + 520) == "\x89HDF\r\n\x1a\n");
+
+  // HDF5 itself (and so h5py) opens it as is, and its metadata is the checksummed kind.
+  {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    H5F_info2_t fi;
+    REQUIRE(H5Fget_info2(f, &fi) >= 0);
+    CHECK(fi.super.version == 2);
+    H5O_info_t oi;
+    REQUIRE(H5Oget_info_by_name(f, "model/w", &oi, H5P_DEFAULT) >= 0);
+    CHECK(oi.hdr.version == 2);
+    hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    int64_t v = 0;
+    REQUIRE(H5Aread(a, H5T_NATIVE_INT64, &v) >= 0);
+    CHECK(v == io::kCheckpointFormat);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+
+  auto with = [&](const std::string& name, const std::vector<uint8_t>& b) {
+    const std::string p = scratch(name);
+    testing::write_bytes(p, b);
+    return p;
+  };
+  // One flipped bit in the tensor data: HDF5 alone would load it silently.
+  std::vector<uint8_t> b = bytes;
+  b[b.size() - 1000] ^= 0x10;
+  REQUIRE_THROWS_WITH(io::read_checkpoint(with("bit.h5", b)),
+                      Contains("corrupt") && Contains("CRC-32") && Contains("bit.h5.1"));
+  // In the header's padding, in its magic, in its CRC.
+  b = bytes;
+  b[300] ^= 1;
+  REQUIRE_THROWS_WITH(io::read_checkpoint(with("pad.h5", b)), Contains("CRC-32"));
+  b = bytes;
+  b[3] ^= 1;
+  REQUIRE_THROWS_WITH(io::read_checkpoint(with("magic.h5", b)),
+                      Contains("not a dltrain checkpoint") && Contains("first bytes are corrupt"));
+  b = bytes;
+  b[21] ^= 1;
+  REQUIRE_THROWS_WITH(io::read_checkpoint(with("crcfield.h5", b)), Contains("CRC-32"));
+  // Bytes appended (a copy that went wrong).
+  b = bytes;
+  b.insert(b.end(), 100, 0);
+  REQUIRE_THROWS_WITH(io::read_checkpoint(with("long.h5", b)),
+                      Contains("longer than written") && Contains(std::to_string(bytes.size())));
+  // A newer header version.
+  const std::string newer = with("newer.h5", bytes);
+  restamp(newer, 16, 2);  // writes 8 bytes: version 2 and a zero CRC slot, then the CRC
+  REQUIRE_THROWS_WITH(io::read_checkpoint(newer),
+                      Contains("header is version 2") && Contains("upgrade dltrain"));
+  // The untouched file loads.
+  REQUIRE(
+      bitwise_equal(io::read_checkpoint(with("same.h5", bytes)).model.at("w"), c.model.at("w")));
 }
 
 TEST_CASE("load_checkpoint restores model, optimizer, scheduler and RNG; errors load nothing",
@@ -278,6 +445,127 @@ TEST_CASE("keep_last rotates older checkpoints to path.1, path.2", "[io][ckpt]")
   REQUIRE(io::read_checkpoint(path + ".1").progress.step == 3);
   REQUIRE(io::read_checkpoint(path + ".2").progress.step == 2);
   REQUIRE_FALSE(fs::exists(path + ".3"));
+}
+
+TEST_CASE("a format-1 checkpoint from before integrity headers still loads", "[io][ckpt]") {
+  const std::string path = DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5";
+  const io::Checkpoint want = format1_fixture();
+  const io::Checkpoint got = io::read_checkpoint(path);
+  REQUIRE(got.format_version == 1);
+  REQUIRE(got.dltrain_version == "0.1.0");
+  REQUIRE(got.model.keys() == want.model.keys());
+  for (const auto& [k, t] : want.model) {
+    INFO(k);
+    REQUIRE(bitwise_equal(got.model.at(k), t));
+  }
+  REQUIRE(same_checkpoint(got, want));
+}
+
+// Child: loads the (possibly corrupt) checkpoint DLTRAIN_CKPT_PATH and exits with 0 when it
+// loads with the content of DLTRAIN_CKPT_REF, 3 when it loads with other content, 2 on a
+// dltrain::Error, 6 when that error is an out-of-memory (an allocation sized by corrupt
+// data), 5 on another exception. A crash or a hang (alarm) ends it by a signal. The message
+// goes to DLTRAIN_CKPT_PATH.out.
+TEST_CASE("checkpoint mutation child", "[.child]") {
+  const std::string path = std::getenv("DLTRAIN_CKPT_PATH");
+  const std::string ref = std::getenv("DLTRAIN_CKPT_REF");
+  ::alarm(60);
+#if !defined(__SANITIZE_ADDRESS__)
+  // A corrupt size must not allocate its way into swap (ASan reserves more than this).
+  rlimit lim{4ull << 30, 4ull << 30};
+  ::setrlimit(RLIMIT_AS, &lim);
+#endif
+  int code = 0;
+  std::string msg = "loaded";
+  try {
+    const io::Checkpoint got = io::read_checkpoint(path);
+    code = same_checkpoint(got, io::read_checkpoint(ref)) ? 0 : 3;
+  } catch (const Error& e) {
+    msg = e.what();
+    code = msg.find("could not allocate") != std::string::npos ||
+                   msg.find("out of memory") != std::string::npos
+               ? 6
+               : 2;
+  } catch (const std::exception& e) {
+    msg = e.what();
+    code = 5;
+  }
+  std::ofstream(path + ".out") << msg << "\n";
+  std::_Exit(code);
+}
+
+// Issue 16: 1-4 random bytes of a valid checkpoint changed, 300 times (deterministic seed),
+// each loaded in a child process so that a crash is seen as a crash. Every load must either
+// give back exactly what was saved or raise dltrain::Error. DLTRAIN_CKPT_MUTATIONS changes
+// the count; DLTRAIN_CKPT_MUTATE_FILE mutates that file instead of a fresh checkpoint (to
+// measure older files).
+TEST_CASE("byte-corrupted checkpoints raise dltrain::Error and never crash",
+          "[io][ckpt][corrupt]") {
+  std::string ref = scratch("mutation_ref.h5");
+  if (const char* f = std::getenv("DLTRAIN_CKPT_MUTATE_FILE"))
+    fs::copy_file(f, ref, fs::copy_options::overwrite_existing);
+  else
+    io::write_checkpoint(ref, mutation_subject());
+  REQUIRE(same_checkpoint(io::read_checkpoint(ref), io::read_checkpoint(ref)));
+  std::vector<char> bytes(fs::file_size(ref));
+  std::ifstream(ref, std::ios::binary)
+      .read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const char* env_n = std::getenv("DLTRAIN_CKPT_MUTATIONS");
+  const int mutations = env_n ? std::atoi(env_n) : 300;
+  std::mt19937_64 rng(16);
+  const std::string mutated = scratch("mutated.h5");
+  std::map<int, int> outcomes;        // exit code (or -signal) -> count
+  std::map<std::string, int> errors;  // first words of each error -> count
+  std::vector<std::string> bad;       // what went wrong, for the failure message
+  for (int m = 0; m < mutations; ++m) {
+    std::vector<char> b = bytes;
+    const int k = 1 + static_cast<int>(rng() % 4);
+    std::string where;
+    for (int j = 0; j < k; ++j) {
+      const size_t pos = rng() % b.size();
+      b[pos] = static_cast<char>(b[pos] ^ static_cast<char>(1 + rng() % 255));
+      where += " " + std::to_string(pos);
+    }
+    std::ofstream(mutated, std::ios::binary | std::ios::trunc)
+        .write(b.data(), static_cast<std::streamsize>(b.size()));
+    const pid_t pid = spawn_child("checkpoint mutation child",
+                                  {"DLTRAIN_CKPT_PATH=" + mutated, "DLTRAIN_CKPT_REF=" + ref});
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    ++outcomes[code];
+    std::string msg;
+    std::getline(std::ifstream(mutated + ".out"), msg);
+    fs::remove(mutated + ".out");
+    if (code == 2) {
+      // "checkpoint '<path>': <what>" or "read_checkpoint('<path>'): <what>" -> <what>, cut
+      // at the first ';', '(' or ':' (the part that does not depend on the bytes).
+      std::string what = msg;
+      for (const char* sep : {"'): ", "': "}) {
+        const size_t q = what.find(sep);
+        if (q != std::string::npos) {
+          what = what.substr(q + std::strlen(sep));
+          break;
+        }
+      }
+      what = what.substr(0, std::min(what.find_first_of(";(:"), size_t{60}));
+      ++errors[what];
+    } else if (code != 0) {
+      bad.push_back(
+          "mutation " + std::to_string(m) + " (bytes" + where +
+          "): " + (code < 0 ? "signal " + std::to_string(-code) : "exit " + std::to_string(code)) +
+          (msg.empty() ? "" : ": " + msg));
+    }
+  }
+  std::printf(
+      "checkpoint mutations: %d tried on a %zu-byte file, %d loaded intact, %d "
+      "dltrain::Error, %d crashed or other\n",
+      mutations, bytes.size(), outcomes[0], outcomes[2], mutations - outcomes[0] - outcomes[2]);
+  for (const auto& [what, count] : errors) std::printf("  %4d x %s\n", count, what.c_str());
+  for (const auto& line : bad) std::printf("  FAILED %s\n", line.c_str());
+  std::fflush(stdout);
+  INFO(bad.size() << " bad outcomes; first: " << (bad.empty() ? "" : bad.front()));
+  REQUIRE(outcomes[0] + outcomes[2] == mutations);
 }
 
 // Child: writes checkpoints of a 16 MB tensor filled with the iteration number, forever.
