@@ -295,6 +295,36 @@ TEST_CASE("checkpoint errors: missing, not HDF5, truncated, newer format", "[io]
                           Contains("upgrade dltrain"));
   REQUIRE_THROWS_WITH(io::write_checkpoint(scratch("no/such/dir/x.h5"), c),
                       Contains("does not exist"));
+
+  // Files without a header have no CRC: a dataset whose shape claims more bytes than the file
+  // holds (4 TiB here, never written) or more than it stores is refused before allocating.
+  for (const auto& [dims, what] : std::vector<std::pair<std::vector<hsize_t>, std::string>>{
+           {{1 << 20, 1 << 20}, "claims a shape larger than the file"},
+           {{1000}, "has 0 bytes of data but its shape needs 4000"}}) {
+    const std::string crafted = scratch("crafted.h5");
+    fs::copy_file(DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5", crafted,
+                  fs::copy_options::overwrite_existing);
+    hid_t f = H5Fopen(crafted.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t ds =
+        H5Dcreate2(f, "model/huge", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(ds >= 0);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    const std::string name = dtype_name(DType::f32);
+    H5Tset_size(st, name.size());
+    hid_t as = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(ds, "dtype", st, as, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, st, name.data());
+    H5Aclose(a);
+    H5Sclose(as);
+    H5Tclose(st);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(f);
+    REQUIRE_THROWS_WITH(io::read_checkpoint(crafted),
+                        Contains("entry 'model/huge'") && Contains(what) && Contains("corrupt"));
+  }
 }
 
 // Issue 16: every byte of a checkpoint is covered by the CRC in its header, which is checked
