@@ -5,8 +5,10 @@
 //   dltrain-convert convert IN OUT [--section model|optimizer|scheduler]
 //   dltrain-convert compare A B [--rtol X] [--atol X]
 //
-// Input formats are recognised by their first bytes (HDF5 signature, ZIP for .pth, otherwise
-// safetensors); the output format by OUT's extension: .safetensors, or .h5/.hdf5 (a
+// Input formats are recognised by their content (io::detect_file_format), never by their
+// name: a checkpoint named x.safetensors is read as a checkpoint, with a note saying so, and a
+// file of no known kind is refused naming what it is. The output format is chosen by OUT's
+// extension: .safetensors, or .h5/.hdf5 (a
 // checkpoint holding the state dict as its model). Writing .pth is not supported: PyTorch
 // reads safetensors (safetensors.torch.load_file) and dltrain checkpoints are HDF5.
 // Exit status: 0 on success (compare: identical within tolerance), 1 on differences,
@@ -19,35 +21,61 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "dltrain/io/file_format.hpp"
 
 using namespace dltrain;
 
 namespace {
 
-enum class Format { Pth, Safetensors, Hdf5 };
-
-Format sniff(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  DLTRAIN_CHECK(in.good(), "cannot open '", path, "': no such file or not readable");
-  char head[8] = {};
-  in.read(head, 8);
-  if (std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return Format::Hdf5;
-  if (std::memcmp(head, "PK\x03\x04", 4) == 0) return Format::Pth;
-  return Format::Safetensors;  // load_safetensors validates the header and says if it is not
-}
+using io::FileFormat;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-StateDict load_any(const std::string& path, const std::string& section) {
-  switch (sniff(path)) {
-    case Format::Pth:
+// The reader for `path`, from its content; a note on stderr when its extension claims
+// another format.
+FileFormat sniff(const std::string& path) {
+  const FileFormat kind = io::detect_file_format(path);
+  switch (kind) {
+    case FileFormat::Checkpoint:
+    case FileFormat::Hdf5:
+    case FileFormat::TorchZip:
+    case FileFormat::TorchLegacy:  // load_pth explains how to re-save it
+    case FileFormat::Safetensors:
+      break;
+    case FileFormat::Other:
+      DLTRAIN_FAIL("'", path, "' is ", io::describe_file_format(kind, path),
+                   ", not weights dltrain-convert reads: a torch.save file (.pth), a safetensors "
+                   "file or a dltrain checkpoint (.h5)");
+  }
+  const bool says_safetensors = ends_with(path, ".safetensors");
+  const bool says_pth = ends_with(path, ".pth") || ends_with(path, ".pt");
+  const bool says_h5 = ends_with(path, ".h5") || ends_with(path, ".hdf5");
+  const bool is_h5 = kind == FileFormat::Checkpoint || kind == FileFormat::Hdf5;
+  const bool is_pth = kind == FileFormat::TorchZip || kind == FileFormat::TorchLegacy;
+  if ((says_safetensors && kind != FileFormat::Safetensors) || (says_pth && !is_pth) ||
+      (says_h5 && !is_h5))
+    std::fprintf(stderr, "dltrain-convert: note: '%s' is %s, not %s; reading it as what it is\n",
+                 path.c_str(), io::describe_file_format(kind).c_str(),
+                 says_safetensors ? "safetensors"
+                 : says_pth       ? "a torch.save file"
+                                  : "HDF5");
+  return kind;
+}
+
+StateDict load_as(const std::string& path, FileFormat kind, const std::string& section) {
+  switch (kind) {
+    case FileFormat::TorchZip:
+    case FileFormat::TorchLegacy:
       return io::load_pth(path);
-    case Format::Safetensors:
+    case FileFormat::Safetensors:
       return io::load_safetensors(path);
-    case Format::Hdf5: {
+    case FileFormat::Other:  // sniff() refused it
+      break;
+    case FileFormat::Checkpoint:
+    case FileFormat::Hdf5: {
       io::Checkpoint c = io::read_checkpoint(path);
       if (section == "optimizer") return c.optimizer;
       if (section == "scheduler") return c.scheduler;
@@ -57,6 +85,10 @@ StateDict load_any(const std::string& path, const std::string& section) {
     }
   }
   return {};
+}
+
+StateDict load_any(const std::string& path, const std::string& section) {
+  return load_as(path, sniff(path), section);
 }
 
 void print_table(const StateDict& sd, const char* title) {
@@ -71,7 +103,8 @@ void print_table(const StateDict& sd, const char* title) {
 }
 
 int list(const std::string& path) {
-  if (sniff(path) == Format::Hdf5) {
+  const FileFormat kind = sniff(path);
+  if (kind == FileFormat::Checkpoint || kind == FileFormat::Hdf5) {
     io::Checkpoint c = io::read_checkpoint(path);
     std::printf(
         "dltrain checkpoint (format %lld, written by dltrain %s): epoch %lld, step %lld, "
@@ -85,8 +118,8 @@ int list(const std::string& path) {
     if (!c.scheduler.empty()) print_table(c.scheduler, "scheduler");
     return 0;
   }
-  print_table(load_any(path, "model"),
-              sniff(path) == Format::Pth ? "torch.save state dict" : "safetensors");
+  print_table(load_as(path, kind, "model"),
+              kind == FileFormat::Safetensors ? "safetensors" : "torch.save state dict");
   return 0;
 }
 

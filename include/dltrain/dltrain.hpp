@@ -25,6 +25,7 @@
 #include "dltrain/distributed/env.hpp"
 #include "dltrain/distributed/process_group.hpp"
 #include "dltrain/io/checkpoint.hpp"
+#include "dltrain/io/file_format.hpp"
 #include "dltrain/io/pth.hpp"
 #include "dltrain/io/safetensors.hpp"
 #include "dltrain/nn/containers.hpp"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dltrain/core/error.hpp"
+#include "dltrain/io/file_format.hpp"
 #include "dltrain/version.hpp"
 #include "src/io/raw_file.hpp"
 
@@ -124,9 +125,19 @@ std::optional<int64_t> verify_checkpoint_header(const std::string& path) {
   const uint64_t head = std::min<uint64_t>(size, kCheckpointHeaderBytes);
   f.read_at(0, header, head, "the header");
   if (size >= 8 && std::memcmp(header, kHdf5Signature, 8) == 0) return std::nullopt;
-  DLTRAIN_CHECK(head >= 16 && std::memcmp(header, kCheckpointMagic, 16) == 0, op, "('", path,
-                "'): not a dltrain checkpoint: it starts with neither a checkpoint header nor "
-                "the HDF5 signature (another kind of file, or its first bytes are corrupt)");
+  if (head < 16 || std::memcmp(header, kCheckpointMagic, 16) != 0) {
+    const FileFormat kind = detect_file_format(path);
+    DLTRAIN_CHECK(kind != FileFormat::Safetensors, op, "('", path,
+                  "'): not a dltrain checkpoint: this is a safetensors file; load it with "
+                  "io::load_safetensors (or convert it with dltrain-convert)");
+    DLTRAIN_CHECK(kind != FileFormat::TorchZip && kind != FileFormat::TorchLegacy, op, "('", path,
+                  "'): not a dltrain checkpoint: this is ", describe_file_format(kind),
+                  "; load it with io::load_pth (or convert it with dltrain-convert)");
+    DLTRAIN_FAIL(op, "('", path, "'): not a dltrain checkpoint: this is ",
+                 describe_file_format(kind, path),
+                 " that starts with neither a checkpoint header nor the HDF5 signature (another "
+                 "kind of file, or its first bytes are corrupt)");
+  }
   const uint64_t recorded_size = get_le(header + 32, 8);
   DLTRAIN_CHECK(size >= kCheckpointHeaderBytes, op, "('", path,
                 "'): the file is truncated: it has ", size, " bytes, not even its ",

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "dltrain/core/error.hpp"
+#include "dltrain/io/file_format.hpp"
 #include "src/io/raw_file.hpp"
 
 namespace dltrain::io {
@@ -150,6 +151,12 @@ class ZipArchive {
     const uint64_t n = std::min<uint64_t>(4, f_.size());
     if (n > 0) f_.read_at(0, head, n, "the file signature");
     if (n == 4 && le(head, 4) == 0x04034b50u) return;
+    const FileFormat kind = detect_file_format(path);
+    if (kind == FileFormat::Checkpoint || kind == FileFormat::Hdf5 ||
+        kind == FileFormat::Safetensors)
+      fail(path, "this is ", describe_file_format(kind), ", not a torch.save file; read it with ",
+           kind == FileFormat::Safetensors ? "io::load_safetensors" : "io::read_checkpoint",
+           " (or convert it with dltrain-convert)");
     if (n >= 2 && head[0] == 0x80 && head[1] <= 5)
       fail(path,
            "this is a pickle file in the legacy torch.save format (PyTorch < 1.6 or "

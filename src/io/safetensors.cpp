@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "dltrain/core/error.hpp"
+#include "dltrain/io/file_format.hpp"
 #include "src/io/raw_file.hpp"
 
 namespace dltrain::io {
@@ -479,6 +480,13 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pat
 
 Header read_header(const detail::InputFile& f) {
   const std::string& path = f.path();
+  // Another known kind of file gets its name and its reader, not a parse error.
+  const FileFormat kind = detect_file_format(path);
+  if (kind != FileFormat::Safetensors && kind != FileFormat::Other)
+    bad(path, "this is ", describe_file_format(kind), ", not a safetensors file; read it with ",
+        kind == FileFormat::Checkpoint || kind == FileFormat::Hdf5 ? "io::read_checkpoint"
+                                                                   : "io::load_pth",
+        " (or convert it with dltrain-convert)");
   if (f.size() < 8)
     bad(path, "the file has ", f.size(),
         " bytes, too few for the 8-byte header length that starts a safetensors file; it is "
