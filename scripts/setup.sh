@@ -7,7 +7,7 @@
 set -euo pipefail
 
 pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
-      libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist)
+      libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch python3-torchvision python3-numpy)
 fi

@@ -4,6 +4,7 @@
 #include "dltrain/amp/autocast.hpp"
 #include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cpu.hpp"
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/device.hpp"
 #include "dltrain/core/dtype.hpp"

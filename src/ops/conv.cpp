@@ -25,6 +25,7 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cpu/gemm.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
@@ -264,6 +265,26 @@ ConvGrads conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0, c
   return r;
 }
 
+// conv2d of f32/bf16 CPU tensors through oneDNN in their own layout, with its node.
+Tensor conv2d_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShape& s) {
+  const backend::cpu::DnnlConvShape d{s.N,     s.Cin,   s.H,     s.W,      s.Cout,     s.kh,
+                                      s.kw,    s.Ho,    s.Wo,    s.groups, s.stride.h, s.stride.w,
+                                      s.pad.h, s.pad.w, s.dil.h, s.dil.w};
+  Tensor y = backend::cpu::dnnl_conv2d_forward(x.detach(), weight.detach(),
+                                               bias.defined() ? bias.detach() : Tensor(), d);
+  const bool rx = x.requires_grad(), rw = weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  autograd::record(
+      "conv2d", {x, weight, bias}, {y},
+      [xs = x.detach(), ws = weight.detach(), d, rx, rw, rb](const std::vector<Tensor>& g) {
+        Tensor gx, gw, gb;
+        backend::cpu::dnnl_conv2d_backward(xs, ws, g[0], d, rx ? &gx : nullptr, rw ? &gw : nullptr,
+                                           rb ? &gb : nullptr);
+        return std::vector<Tensor>{gx, gw, gb};
+      });
+  return y;
+}
+
 // conv2d of CUDA tensors through cuDNN, with its node (see the file comment).
 Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvShape& s) {
   DLTRAIN_CHECK(s.Cin > 0, "conv2d: input ", shape_str(x.shape()), " and weight ",
@@ -380,6 +401,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
                 "); pad more or use a smaller kernel");
   const ConvShape s{N, Cin, H, W, Cout, kh, kw, Ho, Wo, groups, stride, padding, dilation};
   if (x.device().is_cuda()) return conv2d_cuda(x, weight, bias, s);
+  if (backend::cpu::dnnl_available() && backend::cpu::dnnl_conv_supported(x.dtype()))
+    return conv2d_dnnl(x, weight, bias, s);
 
   const DType dt = x.dtype(), ct = is_half(dt) ? DType::f32 : dt;
   Tensor xc = prepared(x, ct), wc = prepared(weight, ct), bc = prepared(bias, ct);

@@ -1,0 +1,25 @@
+// Builds without oneDNN: the convolution ops keep their im2col + Eigen path.
+#include "dltrain/backend/cpu.hpp"
+#include "dltrain/core/error.hpp"
+#include "src/backend/cpu/dnnl.hpp"
+
+namespace dltrain::backend::cpu {
+
+bool dnnl_available() { return false; }
+const char* dnnl_version() { return ""; }
+bool dnnl_conv_supported(DType) { return false; }
+Tensor dnnl_conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const DnnlConvShape&) {
+  DLTRAIN_FAIL("conv2d: this dltrain was built without oneDNN (DLTRAIN_DNNL)");
+}
+void dnnl_conv2d_backward(const Tensor&, const Tensor&, const Tensor&, const DnnlConvShape&,
+                          Tensor*, Tensor*, Tensor*) {
+  DLTRAIN_FAIL("conv2d: this dltrain was built without oneDNN (DLTRAIN_DNNL)");
+}
+
+}  // namespace dltrain::backend::cpu
+
+namespace dltrain::cpu {
+bool dnnl_compiled() { return false; }
+bool dnnl_enabled() { return false; }
+void set_dnnl_enabled(bool) {}
+}  // namespace dltrain::cpu

@@ -1,0 +1,91 @@
+// The oneDNN convolution path against dltrain's im2col + Eigen path (f64 reference): forward
+// and every gradient, f32 tight and bf16 within bounds set from measurement, NCHW and
+// channels-last, with stride, padding, dilation, groups and bias. Skipped where oneDNN is not
+// built in (the Eigen path then serves, and the other conv tests cover it).
+#include <catch2/catch.hpp>
+
+#include "dltrain/backend/cpu.hpp"
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+
+namespace {
+
+struct Case {
+  Shape x, w;
+  Int2 stride, pad, dil;
+  int64_t groups;
+  bool bias;
+};
+
+struct Result {
+  Tensor y, gx, gw, gb;
+};
+
+// Forward and backward of sum(conv(x, w, b) * r) in dt and layout fmt; results in f64 NCHW.
+Result run(const Case& c, DType dt, MemoryFormat fmt, bool dnnl) {
+  cpu::set_dnnl_enabled(dnnl);
+  Generator g(42);
+  Tensor x = randn(c.x, DType::f64, &g), w = mul(randn(c.w, DType::f64, &g), 0.3);
+  Tensor b = c.bias ? randn({c.w[0]}, DType::f64, &g) : Tensor();
+  x = x.to(dt).contiguous(fmt).detach().requires_grad_();
+  w = w.to(dt).contiguous(fmt).detach().requires_grad_();
+  if (b.defined()) b = b.to(dt).detach().requires_grad_();
+  Tensor y = conv2d(x, w, b, c.stride, c.pad, c.dil, c.groups);
+  Tensor r = randn(y.shape(), DType::f64, &g).to(dt);
+  sum(mul(y, r)).backward();
+  Result out{y.to(DType::f64).contiguous(), x.grad().to(DType::f64).contiguous(),
+             w.grad().to(DType::f64).contiguous(),
+             b.defined() ? b.grad().to(DType::f64) : Tensor()};
+  CHECK(y.is_contiguous(fmt));
+  CHECK(x.grad().is_contiguous(fmt));
+  cpu::set_dnnl_enabled(true);
+  return out;
+}
+
+// max |a - b| / max |b|
+double rel(const Tensor& a, const Tensor& b) {
+  return max(abs(sub(a, b))).item<double>() / std::max(1e-30, max(abs(b)).item<double>());
+}
+
+}  // namespace
+
+TEST_CASE("conv2d through oneDNN matches the reference in f32 and bf16, both layouts",
+          "[ops][conv][dnnl]") {
+  if (!cpu::dnnl_compiled()) {
+    WARN("SKIPPED: built without oneDNN");
+    return;
+  }
+  const Case cases[] = {
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+      {{2, 4, 11, 10}, {6, 4, 3, 3}, {2, 2}, {1, 0}, {1, 1}, 1, false},
+      {{1, 8, 12, 12}, {8, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4, true},    // groups + dilation
+      {{3, 16, 7, 7}, {32, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, false},  // pointwise
+      {{2, 3, 16, 16}, {8, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1, false},   // a ResNet stem
+      {{2, 6, 8, 8}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 6, true},      // depthwise
+  };
+  for (const Case& c : cases) {
+    const Result ref = run(c, DType::f64, MemoryFormat::Contiguous, false);
+    for (MemoryFormat fmt : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      for (DType dt : {DType::f32, DType::bf16}) {
+        INFO("x " << shape_str(c.x) << " w " << shape_str(c.w) << " groups " << c.groups << " "
+                  << dtype_name(dt) << (fmt == MemoryFormat::ChannelsLast ? " nhwc" : " nchw"));
+        const Result got = run(c, dt, fmt, true);
+        // f32: summation-order rounding; bf16: 8-bit mantissas in and out (measured worst
+        // ~6e-3 relative to the largest value on these shapes).
+        const double tol = dt == DType::f32 ? 2e-6 : 2e-2;
+        CHECK(rel(got.y, ref.y) < tol);
+        CHECK(rel(got.gx, ref.gx) < tol);
+        CHECK(rel(got.gw, ref.gw) < tol);
+        if (c.bias) CHECK(rel(got.gb, ref.gb) < tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("set_dnnl_enabled switches the path and DLTRAIN_DNNL documents it", "[ops][conv][dnnl]") {
+  cpu::set_dnnl_enabled(false);
+  CHECK_FALSE(cpu::dnnl_enabled());
+  cpu::set_dnnl_enabled(true);
+  CHECK(cpu::dnnl_enabled() == cpu::dnnl_compiled());
+}
