@@ -1,7 +1,7 @@
 // Helpers for the weight-interchange tests: the bit-exact golden tensors of
 // tests/reference/io/io_reference.txt (written by make_io_reference.py), a bitwise tensor
 // comparison, a minimal STORED-only ZIP writer for crafting torch.save-like archives, and
-// the probe for a Python with torch.
+// the probes for a Python with torch (and torchvision).
 //
 // io_reference.txt: per tensor a line `name dtype ndim sizes...` (dltrain dtype names) and a
 // line of row-major elements, each the unsigned decimal value of its little-endian bit
@@ -156,6 +156,16 @@ inline bool python_with_torch() {
   const char* off = std::getenv("DLTRAIN_TEST_NO_PYTHON");
   if (off != nullptr && std::string(off) != "" && std::string(off) != "0") return false;
   static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return ok;
+}
+
+/// Whether /usr/bin/python3 can import torch and torchvision (make_io_reference.py
+/// --check-resnet18 needs both; Debian packages them separately). DLTRAIN_TEST_NO_PYTHON=1
+/// answers no, as above.
+inline bool python_with_torchvision() {
+  if (!python_with_torch()) return false;
+  static const bool ok =
+      std::system("/usr/bin/python3 -c 'import torchvision' >/dev/null 2>&1") == 0;
   return ok;
 }
 

@@ -208,10 +208,11 @@ TEST_CASE("ResNet-18 weights exported by dltrain load into torchvision",
   INFO("max error relative to max |logit|: " << err);
   REQUIRE(err < 1e-5);
 
-  if (!python_with_torch()) {
+  if (!python_with_torchvision()) {
     WARN(
-        "/usr/bin/python3 with torch is not available: loading the exported ResNet-18 into "
-        "torchvision (make_io_reference.py --check-resnet18) was SKIPPED");
+        "/usr/bin/python3 with torch and torchvision is not available (python3-torch and "
+        "python3-torchvision): loading the exported ResNet-18 into torchvision "
+        "(make_io_reference.py --check-resnet18) was SKIPPED");
     return;
   }
   REQUIRE(run_io_reference_script("--check-resnet18 '" + path + "'") == 0);
