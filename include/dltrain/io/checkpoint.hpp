@@ -8,7 +8,10 @@
 // attributes for the scalars, groups /model, /optimizer, /scheduler and /scaler holding one dataset
 // per tensor (named by its key, in insertion order, with a "dtype" attribute; f16/bf16 as their
 // 16-bit patterns) and /metadata holding string attributes. /scaler is absent when no scaler was
-// saved (and in files written before it existed, which load unchanged).
+// saved (and in files written before it existed, which load unchanged). The HDF5 part starts at
+// byte 512 (an HDF5 user block: h5py and the HDF5 tools read the file as is) and uses HDF5 1.8
+// to 1.10 format versions, whose metadata HDF5 checksums; bytes 0-511 are dltrain's integrity
+// header: magic, format version, file size and a CRC-32 of the whole file.
 //
 // Invariants: a save writes a temporary file in the target's directory, flushes it to
 // disk and renames it over the target, so a process killed at any moment leaves the
@@ -16,8 +19,12 @@
 // anything, and restores the previous state of model, optimizer, scheduler and scaler if any
 // of them rejects its part, so nothing is ever partly loaded. Tensors are saved from
 // any device and memory format as row-major CPU data and load into whatever device
-// and format the receiving model uses. Without HDF5 at build time every function
-// raises dltrain::Error saying so.
+// and format the receiving model uses. A load checks the CRC of every byte before the HDF5
+// library parses any, so a corrupt or truncated file raises dltrain::Error and never
+// crashes or loads altered values; files written before the header existed (dltrain 0.1.0,
+// which starts with the HDF5 signature) still load, with every size checked against the
+// file's size but without a CRC. Without HDF5 at build time every function raises
+// dltrain::Error saying so.
 #pragma once
 
 #include <cstdint>
@@ -81,7 +88,8 @@ bool hdf5_supported();
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt,
                       const SaveOptions& options = {});
 /// Reads a whole checkpoint into CPU tensors. Throws dltrain::Error naming the file for a
-/// missing, truncated or non-HDF5 file, a newer format version, or a malformed entry.
+/// missing, truncated, corrupt (CRC mismatch) or non-checkpoint file (naming its kind: "this
+/// is a safetensors file"), a newer format version, or a malformed entry.
 Checkpoint read_checkpoint(const std::string& path);
 
 /// Saves model, optimizer and scheduler (either may be null), the progress, the default
