@@ -286,6 +286,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
     check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush the file");
     check_status(H5Fclose(file.release()), tmp, "close the file (disk full?)");
     detail::stamp_checkpoint_header(tmp, kCheckpointFormat);  // also fsyncs
+  } catch (const Error& e) {
+    std::remove(tmp.c_str());
+    DLTRAIN_FAIL("write_checkpoint('", path, "'): ", e.what(), ". '", path,
+                 "' was not changed and the temporary file was removed");
   } catch (...) {
     std::remove(tmp.c_str());
     throw;

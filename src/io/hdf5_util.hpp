@@ -75,11 +75,34 @@ class Hid {
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-/// `id`, or a dltrain::Error "<kind> '<path>': HDF5 failed to <what>; ..." when negative.
+/// The operating-system error HDF5's file driver recorded on this thread's error stack for
+/// the last failed call ("File too large", "No space left on device"), or "".
+inline std::string os_error_on_stack() {
+  std::string found;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    if (e == nullptr || e->desc == nullptr) return 0;
+    const std::string d = e->desc;
+    const std::string key = "error message = '";
+    const size_t p = d.find(key);
+    if (p == std::string::npos) return 0;
+    const size_t q = d.find('\'', p + key.size());
+    *static_cast<std::string*>(out) = d.substr(p + key.size(), q - p - key.size());
+    return 1;  // found: stop walking
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &found);
+  return found;
+}
+
+/// `id`, or a dltrain::Error "<kind> '<path>': HDF5 failed to <what>; ..." when negative,
+/// with the operating system's error when HDF5 recorded one (a full disk, a quota).
 inline hid_t check_id(hid_t id, const char* kind, const std::string& path, const char* what) {
-  DLTRAIN_CHECK(id >= 0, kind, " '", path, "': HDF5 failed to ", what,
+  if (id >= 0) return id;
+  const std::string os = os_error_on_stack();
+  DLTRAIN_CHECK(!os.empty(), kind, " '", path, "': HDF5 failed to ", what,
                 "; the file may be truncated or corrupt (or the disk full)");
-  return id;
+  DLTRAIN_FAIL(kind, " '", path, "': HDF5 failed to ", what, ": ", os,
+               " (the operating system's error: check free disk space, quotas, `ulimit -f` and "
+               "the storage)");
 }
 
 inline void check_status(herr_t st, const char* kind, const std::string& path, const char* what) {

@@ -598,6 +598,51 @@ TEST_CASE("byte-corrupted checkpoints raise dltrain::Error and never crash",
   REQUIRE(outcomes[0] + outcomes[2] == mutations);
 }
 
+// Child: with files limited to 256 KiB (RLIMIT_FSIZE; SIGXFSZ ignored, so writes fail with
+// EFBIG as on a full disk or quota), saves a 1 MiB checkpoint over DLTRAIN_CKPT_PATH. Exits 2
+// with the error message in DLTRAIN_CKPT_PATH.out when the save raises dltrain::Error.
+TEST_CASE("checkpoint disk-full child", "[.child]") {
+  const std::string path = std::getenv("DLTRAIN_CKPT_PATH");
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit lim{256 << 10, 256 << 10};
+  ::setrlimit(RLIMIT_FSIZE, &lim);
+  io::Checkpoint c;
+  c.model.insert("big", full({256 << 10}, 2.0));
+  c.progress.step = 2;
+  int code = 0;
+  std::string msg = "saved";
+  try {
+    io::write_checkpoint(path, c);
+  } catch (const Error& e) {
+    msg = e.what();
+    code = 2;
+  }
+  lim = {RLIM_INFINITY, RLIM_INFINITY};
+  ::setrlimit(RLIMIT_FSIZE, &lim);
+  std::ofstream(path + ".out") << msg << "\n";
+  std::_Exit(code);
+}
+
+TEST_CASE("a save that runs out of space raises, keeps the previous checkpoint, leaves no temp",
+          "[io][ckpt]") {
+  const std::string path = scratch("full_disk.h5");
+  io::Checkpoint c;
+  c.model.insert("big", full({1000}, 1.0));
+  c.progress.step = 1;
+  io::write_checkpoint(path, c);
+  const pid_t pid = spawn_child("checkpoint disk-full child", {"DLTRAIN_CKPT_PATH=" + path});
+  REQUIRE(wait_child(pid) == 2);
+  std::string msg;
+  std::getline(std::ifstream(path + ".out"), msg);
+  INFO(msg);
+  REQUIRE_THAT(msg, Contains(path + ".tmp-" + std::to_string(pid)) && Contains("File too large") &&
+                        Contains("disk"));
+  const io::Checkpoint r = io::read_checkpoint(path);
+  REQUIRE(r.progress.step == 1);
+  REQUIRE(bitwise_equal(r.model.at("big"), c.model.at("big")));
+  REQUIRE_FALSE(fs::exists(path + ".tmp-" + std::to_string(pid)));
+}
+
 // Child: writes checkpoints of a 16 MB tensor filled with the iteration number, forever.
 TEST_CASE("checkpoint writer child", "[.child]") {
   const char* path = std::getenv("DLTRAIN_CKPT_PATH");
