@@ -8,6 +8,7 @@
 // helpers give it a unit-stride fast path that the compiler vectorises.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <type_traits>
@@ -58,7 +59,20 @@ void for_each_strided(const Shape& shape, std::array<char*, N> base,
                       F&& fn, int64_t grain = 16384) {
   const int64_t total = shape_numel(shape);
   if (total == 0) return;
-  const StridedLoop<N> L = coalesce<N>(shape, strides);
+  // Walk the dims in operand 0's memory order (largest stride outermost; operand 0 is the
+  // output of every map), so that a channels-last output, and inputs laid out like it,
+  // coalesce into one unit-stride run instead of an inner loop with stride C.
+  Shape order;  // dims as int64 (Shape), permuted below
+  for (size_t d = 0; d < shape.size(); ++d) order.push_back(static_cast<int64_t>(d));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return strides[0][a] > strides[0][b]; });
+  Shape pshape;
+  std::array<Shape, N> pstrides;
+  for (int64_t d : order) {
+    pshape.push_back(shape[d]);
+    for (size_t k = 0; k < N; ++k) pstrides[k].push_back(strides[k][d]);
+  }
+  const StridedLoop<N> L = coalesce<N>(pshape, pstrides);
   const int64_t nd = static_cast<int64_t>(L.shape.size());
   const int64_t inner = L.shape[nd - 1];
   std::array<int64_t, N> inner_bytes;
