@@ -499,15 +499,19 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   }
   const DType rdt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor u = rand(x.shape(), TensorOptions(rdt), gen);
-  Tensor scale = empty(x.shape(), x.options());
-  dispatch_floating(x.dtype(), op, [&]<class T>() {
+  // The mask scaled by 1 / keep in the compute type (f32 for f16/bf16): a 16-bit scale would
+  // bias every kept element (bf16: 1/0.9 -> 1.109, -0.2%); x * scale then rounds once.
+  const bool low = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
+  Tensor scale = empty(x.shape(), TensorOptions(low ? DType::f32 : x.dtype()));
+  dispatch_floating(scale.dtype(), op, [&]<class T>() {
     const T s = cast<T>(1.0 / keep);
     dispatch_floating(rdt, op, [&]<class R>() {
       const R k = static_cast<R>(keep);
       backend::cpu::unary_map<T, R>(scale, u, [&](R v) { return v < k ? s : T(0); });
     });
   });
-  return mul(x, scale);  // gradient: g * mask / (1 - p)
+  Tensor y = mul(x, scale);  // gradient: g * mask / (1 - p)
+  return low ? y.to(x.dtype()) : y;
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,

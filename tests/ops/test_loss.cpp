@@ -270,6 +270,22 @@ TEST_CASE("dropout", "[ops][loss]") {
   REQUIRE_THROWS_WITH(dropout(x, 1.5), Contains("dropout"));
 }
 
+TEST_CASE("dropout on bf16/f16 scales by 1/keep in f32: no systematic bias", "[ops][loss]") {
+  // Kept elements must average x / keep: with the scale rounded to bf16 first (1/0.9 ->
+  // 1.109375) every kept element would shrink by 0.16%.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    Generator gx(3), gd(4);
+    Tensor x = add(rand({1 << 18}, TensorOptions(DType::f32), &gx), 1.0).to(dt);
+    Tensor y = dropout(x, 0.1, true, &gd);
+    CHECK(y.dtype() == dt);
+    Tensor xf = x.to(DType::f64), yf = y.to(DType::f64);
+    Tensor kept = ne(yf, 0.0).to(DType::f64);
+    const double ratio = sum(yf).item<double>() / sum(mul(xf, kept)).item<double>();
+    INFO(dtype_name(dt) << " ratio " << ratio);
+    CHECK(std::abs(ratio * 0.9 - 1.0) < 2e-4);
+  }
+}
+
 TEST_CASE("loss errors", "[ops][loss][errors]") {
   Tensor x = randn({3, 4});
   REQUIRE_THROWS_WITH(cross_entropy(x, from_vector<int64_t>({0, 4, 1}, {3})),
