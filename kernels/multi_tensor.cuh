@@ -18,6 +18,7 @@
 
 #include "dltrain/core/tensor.hpp"
 #include "src/backend/cuda/check.hpp"
+#include "src/core/layout.hpp"
 
 namespace dltrain::backend::cuda::mta {
 
@@ -98,20 +99,7 @@ __device__ __forceinline__ int chunk_of(const Table& tt, int64_t& start, int64_t
 inline void check_launch() { DLTRAIN_CUDA_CHECK(cudaGetLastError()); }
 
 /// True when t's elements fill [data_ptr, data_ptr + numel) exactly once (any dim order).
-inline bool dense(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) == 0) return true;
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t expected = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
+inline bool dense(const Tensor& t) { return dltrain::detail::is_dense(t); }
 
 /// Tensors grouped by dtype (order kept within a dtype), for one table per dtype.
 inline std::map<DType, std::vector<const Tensor*>> by_dtype(const std::vector<Tensor>& ts) {

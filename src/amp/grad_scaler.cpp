@@ -20,6 +20,7 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/amp.hpp"
+#include "src/core/layout.hpp"
 
 namespace dltrain::amp {
 
@@ -29,9 +30,7 @@ using backend::cpu::cast;
 
 constexpr int64_t kChunk = int64_t{1} << 15;
 
-bool is_dense(const Tensor& t) {
-  return t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(MemoryFormat::ChannelsLast));
-}
+using dltrain::detail::is_dense;
 
 // g = g * inv (g when inv == 1) over n elements; true when one was inf or NaN before scaling.
 template <class T>

@@ -18,6 +18,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/core/layout.hpp"
 #include "src/distributed/internal.hpp"
 
 namespace dltrain::distributed {
@@ -105,11 +106,11 @@ void check_gather_pair(const char* op, const Tensor& big, const Tensor& small, i
 
 void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_only) {
   DLTRAIN_CHECK(t.defined(), op, ": the tensor is undefined");
-  const bool dense = t.is_contiguous() || (!contiguous_only && t.dim() == 4 &&
-                                           t.is_contiguous(MemoryFormat::ChannelsLast));
+  const bool dense = t.is_contiguous() || (!contiguous_only && dltrain::detail::is_dense(t));
   DLTRAIN_CHECK(dense, op, ": the tensor of shape ", shape_str(t.shape()), " with strides ",
                 shape_str(t.strides()), " is not ",
-                contiguous_only ? "contiguous" : "dense (contiguous or channels-last)",
+                contiguous_only ? "contiguous"
+                                : "dense (no gaps or overlaps, e.g. contiguous or channels-last)",
                 "; pass t.contiguous() and copy the result back");
 }
 

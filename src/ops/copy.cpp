@@ -9,6 +9,7 @@
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/elementwise.hpp"
+#include "src/core/layout.hpp"
 
 namespace dltrain {
 
@@ -27,11 +28,9 @@ MemoryFormat resolve(MemoryFormat fmt, const Tensor& t) {
   return fmt == MemoryFormat::Preserve ? t.suggest_memory_format() : fmt;
 }
 
-// Dense: the elements fill [data_ptr, data_ptr + numel) in some order (contiguous or
-// channels-last); two dense tensors with equal shape and strides can be copied as bytes.
-bool dense(const Tensor& t) {
-  return t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(MemoryFormat::ChannelsLast));
-}
+// Two dense tensors (src/core/layout.hpp) with equal shape and strides copy as bytes.
+using dltrain::detail::is_dense;
+bool dense(const Tensor& t) { return is_dense(t); }
 bool bytes_compatible(const Tensor& dst, const Tensor& src) {
   return dst.dtype() == src.dtype() && dst.shape() == src.shape() && dense(dst) && dense(src) &&
          (dst.strides() == src.strides() || dst.numel() <= 1);

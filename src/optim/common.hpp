@@ -18,6 +18,7 @@
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
 #include "src/backend/cuda/optim.hpp"
+#include "src/core/layout.hpp"
 
 namespace dltrain::optim::detail {
 
@@ -25,21 +26,7 @@ namespace dltrain::optim::detail {
 /// hand-off, small enough to split a 2.4M-element ResNet-50 conv weight over 16 threads.
 constexpr int64_t kGrain = int64_t{1} << 15;
 
-/// True when t's elements fill [data_ptr, data_ptr + numel) exactly once (any dim order).
-inline bool is_dense(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) == 0) return true;
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t expected = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
+using dltrain::detail::is_dense;
 
 /// True when a and b have one shape and equal strides on every dim of size > 1, so the
 /// same memory offset addresses the same logical element in both.

@@ -130,7 +130,7 @@ TEST_CASE("mpi group: argument errors are raised before anything is sent", "[mpi
   CHECK_THROWS_WITH(g.all_reduce(zeros({4}, DType::i32), ReduceOp::Avg),
                     Catch::Contains("averaging needs a floating dtype"));
   CHECK_THROWS_WITH(g.broadcast(zeros({4}), g.size()), Catch::Contains("is not a rank"));
-  CHECK_THROWS_WITH(g.all_reduce(zeros({4, 4}).t()), Catch::Contains("not dense"));
+  CHECK_THROWS_WITH(g.all_reduce(zeros({4, 8}).narrow(1, 0, 4)), Catch::Contains("not dense"));
   // The group still works afterwards.
   Tensor t = ones({5});
   g.all_reduce(t).wait();

@@ -69,7 +69,8 @@ class ProcessGroup {
   /// Seconds after which a collective that has not completed aborts the job.
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  /// Reduces `t` across ranks, in place. `t` must be dense (contiguous or channels-last).
+  /// Reduces `t` across ranks, in place. `t` must be dense (no gaps or overlaps: contiguous,
+  /// channels-last or another permutation).
   virtual Work all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
   /// Copies `t` of rank `root` into `t` of every rank.
   virtual Work broadcast(const Tensor& t, int root = 0) = 0;
