@@ -1,9 +1,10 @@
-// Layout predicates shared by the CPU ops, the optimizers, AMP, the process groups and the CUDA
-// kernels (internal header, not installed).
+// Layout helpers shared by the CPU ops, the optimizers, AMP, the process groups and the CUDA
+// kernels (internal header, not installed): the density predicate and view construction.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,18 @@ inline bool is_dense(const Tensor& t) {
     expected *= size;
   }
   return true;
+}
+
+/// A view of base's storage with the given shape, strides (elements) and storage offset; no
+/// bounds check (callers compute valid geometry) and no autograd link.
+inline Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(impl);
 }
 
 }  // namespace dltrain::detail

@@ -12,20 +12,13 @@
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
 #include "src/amp/dispatch.hpp"
+#include "src/core/layout.hpp"
 
 namespace dltrain {
 
 namespace {
 
-Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = base.storage();
-  impl->shape = std::move(shape);
-  impl->strides = std::move(strides);
-  impl->offset = offset;
-  impl->dtype = base.dtype();
-  return Tensor(impl);
-}
+using detail::make_view;
 
 Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape& from) {
   Shape r = shape;

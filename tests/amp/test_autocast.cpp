@@ -9,6 +9,7 @@
 
 #include "dltrain/amp/autocast.hpp"
 #include "gradcheck.hpp"
+#include "tests/amp/policy_ops.hpp"
 
 using namespace dltrain;
 using Catch::Contains;
@@ -23,54 +24,7 @@ constexpr DeviceType kCPU = DeviceType::CPU;
 
 // Calls `op` with inputs of dtype `a` (and, for two-operand ops, a second of dtype `b`).
 Tensor run_op(amp::Op op, DType a, DType b) {
-  const Tensor x = rnd({2, 3}, 1, a), y = rnd({3, 4}, 2, b);
-  const Tensor pos = add(abs(rnd({2, 3}, 3, a)), 0.5);
-  const Tensor labels = from_vector(std::vector<int64_t>{0, 2});
-  switch (op) {
-    case amp::Op::conv2d:
-      return conv2d(rnd({1, 2, 5, 5}, 4, a), rnd({3, 2, 3, 3}, 5, b), rnd({3}, 6, b));
-    case amp::Op::linear:
-      return linear(x, rnd({4, 3}, 7, b), rnd({4}, 8, b));
-    case amp::Op::mm:
-      return mm(x, y);
-    case amp::Op::bmm:
-      return bmm(rnd({2, 2, 3}, 9, a), rnd({2, 3, 2}, 10, b));
-    case amp::Op::matmul:
-      return matmul(rnd({2, 2, 3}, 11, a), y);
-    case amp::Op::exp:
-      return exp(x);
-    case amp::Op::log:
-      return log(pos);
-    case amp::Op::pow:
-      return pow(pos, 1.5);
-    case amp::Op::rsqrt:
-      return rsqrt(pos);
-    case amp::Op::softmax:
-      return softmax(x, 1);
-    case amp::Op::log_softmax:
-      return log_softmax(x, 1);
-    case amp::Op::layer_norm:
-      return layer_norm(x, {3}, rnd({3}, 12, b), rnd({3}, 13, b));
-    case amp::Op::sum:
-      return sum(x);
-    case amp::Op::cross_entropy:
-      return cross_entropy(x, labels);
-    case amp::Op::nll_loss:
-      return nll_loss(x, labels);
-    case amp::Op::mse_loss:
-      return mse_loss(x, rnd({2, 3}, 14, b));
-    case amp::Op::binary_cross_entropy_with_logits:
-      return binary_cross_entropy_with_logits(x, rnd({2, 3}, 15, b));
-    case amp::Op::cat:
-      return cat({x, rnd({1, 3}, 16, b)});
-    case amp::Op::stack:
-      return stack({x, rnd({2, 3}, 17, b)});
-    case amp::Op::scatter_add:
-      return scatter_add(x, 1, from_vector(std::vector<int64_t>{0, 1, 2, 2, 1, 0}, {2, 3}),
-                         rnd({2, 3}, 18, b));
-  }
-  FAIL("run_op has no case for policy-table op " << amp::policy(op).name);
-  return Tensor();
+  return testing::run_policy_op(op, a, b, Device::cpu());
 }
 
 }  // namespace

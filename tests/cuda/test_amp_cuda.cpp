@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/amp/policy_ops.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
@@ -26,55 +27,7 @@ Tensor r(const Shape& s, uint64_t seed, DType dt) {
 
 // One call per policy row with operands of dtypes a and b on the GPU.
 Tensor run_op(amp::Op op, DType a, DType b) {
-  const Tensor x = r({2, 3}, 1, a), y = r({3, 4}, 2, b);
-  const Tensor pos = add(abs(r({2, 3}, 3, a)), 0.5);
-  const Tensor labels = from_vector(std::vector<int64_t>{0, 2}).to(kCuda);
-  switch (op) {
-    case amp::Op::conv2d:
-      return conv2d(r({1, 2, 5, 5}, 4, a), r({3, 2, 3, 3}, 5, b), r({3}, 6, b));
-    case amp::Op::linear:
-      return linear(x, r({4, 3}, 7, b), r({4}, 8, b));
-    case amp::Op::mm:
-      return mm(x, y);
-    case amp::Op::bmm:
-      return bmm(r({2, 2, 3}, 9, a), r({2, 3, 2}, 10, b));
-    case amp::Op::matmul:
-      return matmul(r({2, 2, 3}, 11, a), y);
-    case amp::Op::exp:
-      return exp(x);
-    case amp::Op::log:
-      return log(pos);
-    case amp::Op::pow:
-      return pow(pos, 1.5);
-    case amp::Op::rsqrt:
-      return rsqrt(pos);
-    case amp::Op::softmax:
-      return softmax(x, 1);
-    case amp::Op::log_softmax:
-      return log_softmax(x, 1);
-    case amp::Op::layer_norm:
-      return layer_norm(x, {3}, r({3}, 12, b), r({3}, 13, b));
-    case amp::Op::sum:
-      return sum(x);
-    case amp::Op::cross_entropy:
-      return cross_entropy(x, labels);
-    case amp::Op::nll_loss:
-      return nll_loss(x, labels);
-    case amp::Op::mse_loss:
-      return mse_loss(x, r({2, 3}, 14, b));
-    case amp::Op::binary_cross_entropy_with_logits:
-      return binary_cross_entropy_with_logits(x, r({2, 3}, 15, b));
-    case amp::Op::cat:
-      return cat({x, r({1, 3}, 16, b)});
-    case amp::Op::stack:
-      return stack({x, r({2, 3}, 17, b)});
-    case amp::Op::scatter_add:
-      return scatter_add(x, 1,
-                         from_vector(std::vector<int64_t>{0, 1, 2, 2, 1, 0}, {2, 3}).to(kCuda),
-                         r({2, 3}, 18, b));
-  }
-  FAIL("run_op has no case for policy-table op " << amp::policy(op).name);
-  return Tensor();
+  return dltrain::testing::run_policy_op(op, a, b, kCuda);
 }
 
 }  // namespace

@@ -126,11 +126,12 @@ std::shared_ptr<void> allocate(size_t nbytes, Device device) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    DLTRAIN_FAIL("CUDA out of memory on ", device, ": tried to allocate ", nbytes,
-                 " bytes; tensors hold ", st.allocated.load(), " bytes (peak ", st.peak.load(),
-                 "), the device has ", free_b, " of ", total_b,
-                 " bytes free; reduce the batch size, or train in mixed precision (amp::autocast with f16 "
-                 "or bf16 halves activation memory; --amp in the examples)");
+    DLTRAIN_FAIL(
+        "CUDA out of memory on ", device, ": tried to allocate ", nbytes, " bytes; tensors hold ",
+        st.allocated.load(), " bytes (peak ", st.peak.load(), "), the device has ", free_b, " of ",
+        total_b,
+        " bytes free; reduce the batch size, or train in mixed precision (amp::autocast with f16 "
+        "or bf16 halves activation memory; --amp in the examples)");
   }
   DLTRAIN_CUDA_CHECK(err);
   const int64_t now =
