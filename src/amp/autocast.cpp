@@ -24,8 +24,9 @@ namespace {
 
 using P = CastPolicy;
 
-constexpr std::array<OpPolicy, 20> kTable{{
+constexpr std::array<OpPolicy, 21> kTable{{
     {Op::conv2d, "conv2d", P::LowerPrecision},
+    {Op::conv_transpose2d, "conv_transpose2d", P::LowerPrecision},
     {Op::linear, "linear", P::LowerPrecision},
     {Op::mm, "mm", P::LowerPrecision},
     {Op::bmm, "bmm", P::LowerPrecision},

@@ -102,6 +102,47 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
+// --- ConvTranspose2d ----------------------------------------------------------------
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 k, const ConvTranspose2dOptions& o,
+                                 TensorOptions opts)
+    : Module("ConvTranspose2d"), in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  check_positive(in, "ConvTranspose2d", "in_channels");
+  check_positive(out, "ConvTranspose2d", "out_channels");
+  check_positive(o.groups, "ConvTranspose2d", "groups");
+  DLTRAIN_CHECK(in % o.groups == 0 && out % o.groups == 0, "ConvTranspose2d: in_channels (", in,
+                ") and out_channels (", out, ") must both be divisible by groups (", o.groups, ")");
+  DLTRAIN_CHECK(k.h > 0 && k.w > 0, "ConvTranspose2d: kernel_size must be positive, got ",
+                pair_str(k));
+  DLTRAIN_CHECK((o.output_padding.h < o.stride.h || o.output_padding.h < o.dilation.h) &&
+                    (o.output_padding.w < o.stride.w || o.output_padding.w < o.dilation.w),
+                "ConvTranspose2d: output_padding ", pair_str(o.output_padding),
+                " must be smaller than either stride ", pair_str(o.stride), " or dilation ",
+                pair_str(o.dilation));
+  opts.requires_grad = false;
+  weight = register_parameter("weight", empty({in, out / o.groups, k.h, k.w}, opts));
+  if (o.bias) bias = register_parameter("bias", empty({out}, opts));
+  reset_parameters();
+}
+
+void ConvTranspose2d::reset_parameters() { default_init(weight, bias); }
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  return conv_transpose2d(x, weight, bias, options.stride, options.padding, options.output_padding,
+                          options.groups, options.dilation);
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+                  ", kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(options.stride);
+  if (!(options.padding == Int2(0))) s += ", padding=" + pair_str(options.padding);
+  if (!(options.dilation == Int2(1))) s += ", dilation=" + pair_str(options.dilation);
+  if (!(options.output_padding == Int2(0)))
+    s += ", output_padding=" + pair_str(options.output_padding);
+  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
+  if (!options.bias) s += ", bias=False";
+  return s;
+}
+
 // --- BatchNorm ----------------------------------------------------------------------
 BatchNorm::BatchNorm(const char* type_name, std::vector<int64_t> expected_dims, int64_t n,
                      const BatchNormOptions& o, TensorOptions opts)

@@ -29,6 +29,7 @@
 #include "src/backend/cpu/gemm.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
+#include "src/ops/conv_impl.hpp"
 
 namespace dltrain {
 
@@ -343,7 +344,76 @@ int64_t floor_div(int64_t a, int64_t b) {
   return q;
 }
 
+ConvShape conv_shape(const detail::ConvGeometry& g) {
+  return {g.N, g.Cin, g.H, g.W, g.Cout, g.kh, g.kw, g.Ho, g.Wo, g.groups, g.stride, g.pad, g.dil};
+}
+
+backend::cpu::DnnlConvShape dnnl_shape(const ConvShape& s) {
+  return {s.N,  s.Cin,    s.H,        s.W,        s.Cout,  s.kh,    s.kw,    s.Ho,
+          s.Wo, s.groups, s.stride.h, s.stride.w, s.pad.h, s.pad.w, s.dil.h, s.dil.w};
+}
+
 }  // namespace
+
+namespace detail {
+
+Tensor conv2d_input_grad(const Tensor& gy0, const Tensor& w0, const ConvGeometry& geo,
+                         MemoryFormat fmt) {
+  const ConvShape s = conv_shape(geo);
+  const Tensor gy = gy0.detach(), w = w0.detach();
+  const DType dt = w.dtype();
+  const TensorOptions opts = TensorOptions(dt).with_device(w.device());
+  if (s.N == 0 || s.Cout == 0 || s.Cin == 0) return zeros({s.N, s.Cin, s.H, s.W}, opts);
+  if (w.device().is_cuda()) {
+    const MemoryFormat cf = fmt == MemoryFormat::ChannelsLast && dt != DType::f64
+                                ? MemoryFormat::ChannelsLast
+                                : MemoryFormat::Contiguous;
+    Tensor gx = empty({s.N, s.Cin, s.H, s.W}, cf, opts);
+    backend::cuda::conv2d_backward_data(gx, gy.to(dt).contiguous(cf), w.contiguous(cf),
+                                        {s.stride, s.pad, s.dil, s.groups});
+    return cf == fmt ? gx : gx.contiguous(fmt);
+  }
+  if (backend::cpu::dnnl_available() && backend::cpu::dnnl_conv_supported(dt)) {
+    // oneDNN reads only the format and dtype of x for an input gradient.
+    const Tensor x_like = empty({s.N, s.Cin, s.H, s.W}, fmt, opts);
+    Tensor gx;
+    backend::cpu::dnnl_conv2d_backward(x_like, w, gy, dnnl_shape(s), &gx, nullptr, nullptr);
+    return gx;
+  }
+  const ConvMeta meta{dt, fmt, w.suggest_memory_format(), true, false, false};
+  return conv2d_backward(Tensor(), w, gy, s, meta).gx;
+}
+
+Tensor conv2d_weight_grad(const Tensor& x0, const Tensor& gy0, const ConvGeometry& geo,
+                          MemoryFormat fmt) {
+  const ConvShape s = conv_shape(geo);
+  const Tensor x = x0.detach(), gy = gy0.detach();
+  const DType dt = x.dtype();
+  const TensorOptions opts = TensorOptions(dt).with_device(x.device());
+  const Shape ws{s.Cout, s.cin_g(), s.kh, s.kw};
+  if (s.N == 0 || s.Cout == 0 || s.Cin == 0) return zeros(ws, opts);
+  if (x.device().is_cuda()) {
+    const MemoryFormat cf =
+        x.suggest_memory_format() == MemoryFormat::ChannelsLast && dt != DType::f64
+            ? MemoryFormat::ChannelsLast
+            : MemoryFormat::Contiguous;
+    Tensor gw = empty(ws, cf, opts);
+    backend::cuda::conv2d_backward_filter(gw, gy.to(dt).contiguous(cf), x.contiguous(cf),
+                                          {s.stride, s.pad, s.dil, s.groups});
+    return cf == fmt ? gw : gw.contiguous(fmt);
+  }
+  if (backend::cpu::dnnl_available() && backend::cpu::dnnl_conv_supported(dt)) {
+    // oneDNN reads only the shape, format and dtype of w for a weight gradient.
+    const Tensor w_like = empty(ws, fmt, opts);
+    Tensor gw;
+    backend::cpu::dnnl_conv2d_backward(x, w_like, gy, dnnl_shape(s), nullptr, &gw, nullptr);
+    return gw;
+  }
+  const ConvMeta meta{dt, x.suggest_memory_format(), fmt, false, true, false};
+  return conv2d_backward(x, Tensor(), gy, s, meta).gw;
+}
+
+}  // namespace detail
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
                          bool ceil_mode) {

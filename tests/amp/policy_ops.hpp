@@ -21,6 +21,9 @@ inline Tensor run_policy_op(amp::Op op, DType a, DType b, Device dev) {
   switch (op) {
     case amp::Op::conv2d:
       return conv2d(rnd({1, 2, 5, 5}, 4, a), rnd({3, 2, 3, 3}, 5, b), rnd({3}, 6, b));
+    case amp::Op::conv_transpose2d:
+      return conv_transpose2d(rnd({1, 2, 4, 4}, 19, a), rnd({2, 3, 3, 3}, 20, b), rnd({3}, 21, b),
+                              2, 1, 1);
     case amp::Op::linear:
       return linear(x, rnd({4, 3}, 7, b), rnd({4}, 8, b));
     case amp::Op::mm:

@@ -31,12 +31,13 @@ Tensor run_op(amp::Op op, DType a, DType b) {
 
 TEST_CASE("the policy table lists every op once, in order", "[amp][autocast]") {
   const auto table = amp::policy_table();
-  REQUIRE(table.size() == 20);
+  REQUIRE(table.size() == 21);
   for (size_t i = 0; i < table.size(); ++i) {
     CHECK(static_cast<size_t>(table[i].op) == i);
     CHECK(&amp::policy(table[i].op) == &table[i]);
   }
   CHECK(amp::policy(amp::Op::conv2d).policy == amp::CastPolicy::LowerPrecision);
+  CHECK(amp::policy(amp::Op::conv_transpose2d).policy == amp::CastPolicy::LowerPrecision);
   CHECK(amp::policy(amp::Op::softmax).policy == amp::CastPolicy::Float32);
   CHECK(amp::policy(amp::Op::cat).policy == amp::CastPolicy::Promote);
 }
@@ -294,6 +295,9 @@ TEST_CASE("every listed op keeps exact f64 gradients through the autocast entry"
       {amp::Op::conv2d,
        {[](const V& v) { return conv2d(v[0], v[1], v[2], 1, 1); },
         {leaf({1, 2, 4, 4}, 1), leaf({3, 2, 3, 3}, 2), leaf({3}, 3)}}},
+      {amp::Op::conv_transpose2d,
+       {[](const V& v) { return conv_transpose2d(v[0], v[1], v[2], 2, 1, 1); },
+        {leaf({1, 2, 3, 3}, 36), leaf({2, 3, 3, 3}, 37), leaf({3}, 38)}}},
       {amp::Op::linear,
        {[](const V& v) { return linear(v[0], v[1], v[2]); },
         {leaf({3, 4}, 4), leaf({2, 4}, 5), leaf({2}, 6)}}},

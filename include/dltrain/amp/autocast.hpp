@@ -47,6 +47,7 @@ enum class CastPolicy : uint8_t {
 /// The ops autocast acts on (each a public function of dltrain/ops).
 enum class Op : uint8_t {
   conv2d,
+  conv_transpose2d,
   linear,
   mm,
   bmm,

@@ -48,6 +48,32 @@ class Conv2d : public Module {
   Tensor weight, bias;
 };
 
+struct ConvTranspose2dOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  /// Extra rows/columns at the bottom/right of the output (< stride or < dilation).
+  Int2 output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  Int2 dilation = 1;
+};
+
+/// 2-d transposed convolution ("deconvolution", the decoder's upsampling layer).
+/// weight [in, out/groups, kH, kW] (PyTorch's layout and state-dict keys); PyTorch's default
+/// init (kaiming_uniform(a = sqrt(5)), fan_in = out/groups * kH * kW, as PyTorch computes it).
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size,
+                  const ConvTranspose2dOptions& options = {}, TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  int64_t in_channels, out_channels;
+  Int2 kernel_size;
+  ConvTranspose2dOptions options;
+  Tensor weight, bias;
+};
+
 struct BatchNormOptions {
   double eps = 1e-5;
   /// Running-statistics momentum; nullopt = cumulative moving average (1 / batches seen).
