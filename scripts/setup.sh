@@ -7,7 +7,8 @@
 set -euo pipefail
 
 pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
-      libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist)
+      libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist
+      nlohmann-json3-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv)
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch python3-torchvision python3-numpy)
 fi
@@ -29,8 +30,21 @@ peers_venv() {
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q torch torchvision numpy
 }
+# .venv-tb: TensorBoard's own event reader (and pillow to decode the images) for the test that
+# reads dltrain's event files back (tests/train/read_events.py); about 180 MB, no GPU libraries.
+tb_venv() {
+  local venv
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-tb"
+  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import tensorboard, PIL" 2>/dev/null; then
+    return 0
+  fi
+  echo "setup: installing tensorboard + pillow into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q tensorboard pillow
+}
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#pkgs[@]} packages present"
+  tb_venv
   peers_venv "${1:-}"
   exit 0
 fi
@@ -40,4 +54,5 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+tb_venv
 peers_venv "${1:-}"

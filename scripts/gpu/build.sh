@@ -76,6 +76,8 @@ done
 if ((!env_only)); then
   [[ -f $prefix/usr/share/eigen3/cmake/Eigen3Config.cmake ]] || die "Eigen3Config.cmake missing after unpacking"
   [[ -f $prefix/usr/lib/cmake/Catch2/Catch2Config.cmake ]] || die "Catch2Config.cmake missing after unpacking"
+  [[ -f $prefix/usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake ]] ||
+    die "nlohmann_jsonConfig.cmake missing after unpacking: re-run scripts/gpu/fetch_deps.sh (it now fetches nlohmann-json3-dev)"
   say "unpacked ${#debs[@]} package(s) into $prefix/usr"
 fi
 

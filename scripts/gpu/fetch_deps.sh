@@ -2,15 +2,16 @@
 # Runs on the DEV machine (which reaches the Debian mirrors), never on the GPU machine: downloads
 # into .debs/gpu/ the Debian packages the GPU build needs and the GPU image lacks, so that a
 # device `run` with carry [".debs"] brings them along (the GPU machine reaches no registry).
-# Both are header-only, so Debian 12's packages work on the GPU image whatever its distribution:
+# All are header-only, so Debian 12's packages work on the GPU image whatever its distribution:
 #   libeigen3-dev  Eigen 3.4 (the CPU backend; required by CMakeLists.txt)
 #   catch2         Catch2 v2 (the tests)
+#   nlohmann-json3-dev  nlohmann/json (train/'s JSON output; required by CMakeLists.txt)
 # Extra package names given as arguments are downloaded too. scripts/gpu/build.sh unpacks them
 # with `dpkg -x` into .gpu-prefix/. No root needed: apt-get download writes into the cwd.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=.debs/gpu
-pkgs=(libeigen3-dev catch2 "$@")
+pkgs=(libeigen3-dev catch2 nlohmann-json3-dev "$@")
 limit_mib=64
 
 if [[ $(uname -m) != x86_64 ]]; then
