@@ -132,6 +132,9 @@ DLTRAIN_DM_UNARY(sqrt, sqrtf)
 DLTRAIN_DM_UNARY(fabs, fabsf)
 DLTRAIN_DM_UNARY(erf, erff)
 DLTRAIN_DM_UNARY(tanh, tanhf)
+DLTRAIN_DM_UNARY(expm1, expm1f)
+DLTRAIN_DM_UNARY(sin, sinf)
+DLTRAIN_DM_UNARY(cos, cosf)
 #undef DLTRAIN_DM_UNARY
 __device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }

@@ -1,5 +1,6 @@
 // Gradient helpers of the unary and extremum ops on CUDA: out = f(g, v) for relu, leaky_relu,
-// gelu (erf and tanh forms), sigmoid, tanh, clamp and abs backward, and the share of the
+// gelu (erf and tanh forms), sigmoid, tanh, clamp, abs, silu, softplus, elu, mish and
+// hardswish backward, and the share of the
 // gradient that goes to a in maximum(a, b) / minimum(a, b). One launch_map per (op, dtype)
 // with the CPU backend's formulas (src/ops/elementwise.cpp) evaluated in acc_t.
 #include "kernels/common.cuh"
@@ -37,6 +38,20 @@ struct GradF {
       r = (v >= a && v <= b) ? g : A(0);
     } else if constexpr (Op == GradOp::Abs) {
       r = v > A(0) ? g : (v < A(0) ? -g : A(0));
+    } else if constexpr (Op == GradOp::Silu) {
+      const A s = A(1) / (A(1) + dm::exp(-v));
+      r = g * s * (A(1) + v * (A(1) - s));
+    } else if constexpr (Op == GradOp::Softplus) {
+      const A z = dm::exp(v * a);
+      r = v * a > b ? g : g * z / (z + A(1));
+    } else if constexpr (Op == GradOp::Elu) {
+      r = v > A(0) ? g : g * a * dm::exp(v);
+    } else if constexpr (Op == GradOp::Mish) {
+      const A t = dm::tanh(dm::log1p(dm::exp(v)));
+      const A s = A(1) / (A(1) + dm::exp(-v));
+      r = g * (t + v * s * (A(1) - t * t));
+    } else if constexpr (Op == GradOp::Hardswish) {
+      r = v < A(-3) ? A(0) : (v <= A(3) ? g * (v / A(3) + A(0.5)) : g);
     } else if constexpr (Op == GradOp::MaxWeight) {
       r = g == v ? A(0.5) : (g > v ? A(1) : A(0));
     } else {
@@ -63,7 +78,8 @@ void binary_grad(GradOp op, const Tensor& out, const Tensor& g, const Tensor& v,
   cu_dispatch_floating(out.dtype(), op_name(op), [&]<class T>() {
     using A = acc_t<T>;
     with_op<GradOp::Relu, GradOp::LeakyRelu, GradOp::GeluErf, GradOp::GeluTanh, GradOp::Sigmoid,
-            GradOp::Tanh, GradOp::Clamp, GradOp::Abs, GradOp::MaxWeight, GradOp::MinWeight>(
+            GradOp::Tanh, GradOp::Clamp, GradOp::Abs, GradOp::MaxWeight, GradOp::MinWeight,
+            GradOp::Silu, GradOp::Softplus, GradOp::Elu, GradOp::Mish, GradOp::Hardswish>(
         op, [&]<GradOp O>() {
           launch_map<T, T, T>(out, GradF<O, T>{static_cast<A>(a), static_cast<A>(b)}, g, v);
         });

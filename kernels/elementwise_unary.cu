@@ -1,5 +1,6 @@
 // Floating unary maps on CUDA (neg, exp, log, sqrt, rsqrt, abs, relu, leaky_relu, gelu,
-// sigmoid, tanh, clamp, pow by a scalar): one launch_map per (op, dtype), the op chosen at
+// sigmoid, tanh, clamp, pow by a scalar, silu, softplus, elu, mish, hardswish, sin, cos, log1p,
+// expm1, sign): one launch_map per (op, dtype), the op chosen at
 // compile time. Each formula is the CPU backend's (src/ops/elementwise.cpp), evaluated in
 // acc_t (float for f16/bf16), so results agree with the CPU to a few ulps of the dtype.
 #include <cmath>
@@ -44,6 +45,26 @@ struct UnaryF {
       r = dm::tanh(v);
     } else if constexpr (Op == UnaryOp::Clamp) {
       r = v < a ? a : (v > b ? b : v);
+    } else if constexpr (Op == UnaryOp::Silu) {
+      r = v / (A(1) + dm::exp(-v));
+    } else if constexpr (Op == UnaryOp::Softplus) {
+      r = v * a > b ? v : dm::log1p(dm::exp(v * a)) / a;
+    } else if constexpr (Op == UnaryOp::Elu) {
+      r = v > A(0) ? v : a * dm::expm1(v);
+    } else if constexpr (Op == UnaryOp::Mish) {
+      r = v * dm::tanh(dm::log1p(dm::exp(v)));
+    } else if constexpr (Op == UnaryOp::Hardswish) {
+      r = v <= A(-3) ? A(0) : (v >= A(3) ? v : v * (v + A(3)) / A(6));
+    } else if constexpr (Op == UnaryOp::Sin) {
+      r = dm::sin(v);
+    } else if constexpr (Op == UnaryOp::Cos) {
+      r = dm::cos(v);
+    } else if constexpr (Op == UnaryOp::Log1p) {
+      r = dm::log1p(v);
+    } else if constexpr (Op == UnaryOp::Expm1) {
+      r = dm::expm1(v);
+    } else if constexpr (Op == UnaryOp::Sign) {
+      r = A((A(0) < v) - (v < A(0)));
     } else {
       static_assert(Op == UnaryOp::Pow);
       r = dm::pow(v, a);
@@ -68,7 +89,9 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b) {
     using A = acc_t<T>;
     with_op<UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Abs,
             UnaryOp::Relu, UnaryOp::LeakyRelu, UnaryOp::GeluErf, UnaryOp::GeluTanh,
-            UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Clamp, UnaryOp::Pow>(op, [&]<UnaryOp O>() {
+            UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Clamp, UnaryOp::Pow, UnaryOp::Silu,
+            UnaryOp::Softplus, UnaryOp::Elu, UnaryOp::Mish, UnaryOp::Hardswish, UnaryOp::Sin,
+            UnaryOp::Cos, UnaryOp::Log1p, UnaryOp::Expm1, UnaryOp::Sign>(op, [&]<UnaryOp O>() {
       launch_map<T, T>(out, UnaryF<O, T>{static_cast<A>(a), static_cast<A>(b)}, x);
     });
   });

@@ -42,6 +42,7 @@
 #include "dltrain/ops/norm.hpp"
 #include "dltrain/ops/pool.hpp"
 #include "dltrain/ops/reduction.hpp"
+#include "dltrain/ops/resample.hpp"
 #include "dltrain/ops/shape.hpp"
 #include "dltrain/optim/adam.hpp"
 #include "dltrain/optim/clip_grad.hpp"

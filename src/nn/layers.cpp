@@ -297,6 +297,43 @@ std::string GELU::extra_repr() const { return approximate ? "approximate='tanh'"
 Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope); }
 std::string LeakyReLU::extra_repr() const { return "negative_slope=" + num_str(negative_slope); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+Tensor SiLU::forward(const Tensor& x) { return silu(x); }
+Tensor Softplus::forward(const Tensor& x) { return softplus(x, beta, threshold); }
+std::string Softplus::extra_repr() const {
+  return "beta=" + num_str(beta) + ", threshold=" + num_str(threshold);
+}
+Tensor ELU::forward(const Tensor& x) { return elu(x, alpha); }
+std::string ELU::extra_repr() const { return "alpha=" + num_str(alpha); }
+Tensor Mish::forward(const Tensor& x) { return mish(x); }
+Tensor Hardswish::forward(const Tensor& x) { return hardswish(x); }
+
+Upsample::Upsample(const InterpolateOptions& o) : Module("Upsample"), options(o) {
+  DLTRAIN_CHECK(o.size.has_value() != o.scale_factor.has_value(),
+                "Upsample: give exactly one of size and scale_factor");
+}
+Tensor Upsample::forward(const Tensor& x) { return interpolate(x, options); }
+std::string Upsample::extra_repr() const {
+  std::string s;
+  if (options.size) {
+    s = "size=" + pair_str(*options.size);
+  } else {
+    const Double2 f = *options.scale_factor;
+    auto num = [](double v) {
+      std::string t = num_str(v);
+      return t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
+    };
+    s = "scale_factor=" + (f.h == f.w ? num(f.h) : "(" + num(f.h) + ", " + num(f.w) + ")");
+  }
+  s += options.mode == InterpolateMode::Nearest ? ", mode='nearest'" : ", mode='bilinear'";
+  if (options.mode == InterpolateMode::Bilinear && options.align_corners)
+    s += ", align_corners=True";
+  return s;
+}
+
+Tensor PixelShuffle::forward(const Tensor& x) { return pixel_shuffle(x, upscale_factor); }
+std::string PixelShuffle::extra_repr() const {
+  return "upscale_factor=" + std::to_string(upscale_factor);
+}
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
 
 Tensor Flatten::forward(const Tensor& x) {
@@ -378,6 +415,28 @@ BCEWithLogitsLoss::BCEWithLogitsLoss(Reduction r, Tensor pw)
 }
 Tensor BCEWithLogitsLoss::forward(const Tensor& logits, const Tensor& target) {
   return binary_cross_entropy_with_logits(logits, target, reduction, pos_weight);
+}
+
+Tensor L1Loss::forward(const Tensor& input, const Tensor& target) {
+  return l1_loss(input, target, reduction);
+}
+Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+  return smooth_l1_loss(input, target, reduction, beta);
+}
+Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
+  return huber_loss(input, target, reduction, delta);
+}
+Tensor KLDivLoss::forward(const Tensor& input, const Tensor& target) {
+  return kl_div(input, target, reduction, log_target);
+}
+BCELoss::BCELoss(Tensor w, Reduction r) : Module("BCELoss"), weight(std::move(w)), reduction(r) {
+  if (weight.defined()) weight = register_buffer("weight", weight);
+}
+Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
+  return binary_cross_entropy(input, target, weight, reduction);
+}
+Tensor GaussianNLLLoss::forward(const Tensor& input, const Tensor& target, const Tensor& var) {
+  return gaussian_nll_loss(input, target, var, full, eps, reduction);
 }
 
 }  // namespace dltrain::nn

@@ -12,6 +12,7 @@
 // unpadded transposed convolution and cuts/extends it (padding ranges are views, the extension
 // is zeros).
 #include <algorithm>
+#include <sstream>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/ops/conv.hpp"
@@ -25,8 +26,11 @@ namespace dltrain {
 
 namespace {
 
+// (A stream, not "(" + std::to_string(...): GCC 12 gives a false -Wrestrict on that.)
 std::string int2_str(Int2 v) {
-  return "(" + std::to_string(v.h) + ", " + std::to_string(v.w) + ")";
+  std::ostringstream os;
+  os << '(' << v.h << ", " << v.w << ')';
+  return os.str();
 }
 
 // y [N, C, Hf, Wf] cut to rows [ph, ph + Ho) and columns [pw, pw + Wo), zeros past its end.

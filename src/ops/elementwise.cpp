@@ -474,6 +474,145 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   return out;
 }
 
+// --- activations and unary math (issue 14) ---------------------------------------
+// Formulas and edge rules are PyTorch's CPU kernels' (softplus's threshold, hardswish's
+// closed interval [-3, 3] in backward, elu through expm1); the CUDA functors in
+// kernels/elementwise_unary.cu and elementwise_grad.cu repeat them.
+
+Tensor silu(const Tensor& x) {
+  Tensor out = unary_float(UnaryOp::Silu, x, [](auto v) {
+    using A = decltype(v);
+    return v / (A(1) + std::exp(-v));
+  });
+  autograd::record("silu", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{binary_float(GradOp::Silu, g[0], x, [](auto gv, auto v) {
+      using A = decltype(v);
+      const A s = A(1) / (A(1) + std::exp(-v));
+      return gv * s * (A(1) + v * (A(1) - s));
+    })};
+  });
+  return out;
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::softplus, {&x}))
+    return softplus((*ac)[0], beta, threshold);
+  DLTRAIN_CHECK(beta != 0, "softplus: beta must be non-zero");
+  Tensor out = unary_float(
+      UnaryOp::Softplus, x,
+      [beta, threshold](auto v) {
+        using A = decltype(v);
+        const A b = A(beta);
+        return v * b > A(threshold) ? v : std::log1p(std::exp(v * b)) / b;
+      },
+      beta, threshold);
+  autograd::record("softplus", {x}, {out},
+                   [x = x.detach(), beta, threshold](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{binary_float(
+                         GradOp::Softplus, g[0], x,
+                         [beta, threshold](auto gv, auto v) {
+                           using A = decltype(v);
+                           const A z = std::exp(v * A(beta));
+                           return v * A(beta) > A(threshold) ? gv : gv * z / (z + A(1));
+                         },
+                         beta, threshold)};
+                   });
+  return out;
+}
+
+Tensor elu(const Tensor& x, double alpha) {
+  Tensor out = unary_float(
+      UnaryOp::Elu, x,
+      [alpha](auto v) {
+        using A = decltype(v);
+        return v > A(0) ? v : A(alpha) * std::expm1(v);
+      },
+      alpha);
+  autograd::record("elu", {x}, {out}, [x = x.detach(), alpha](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{binary_float(
+        GradOp::Elu, g[0], x,
+        [alpha](auto gv, auto v) {
+          using A = decltype(v);
+          return v > A(0) ? gv : gv * A(alpha) * std::exp(v);
+        },
+        alpha)};
+  });
+  return out;
+}
+
+Tensor mish(const Tensor& x) {
+  Tensor out =
+      unary_float(UnaryOp::Mish, x, [](auto v) { return v * std::tanh(std::log1p(std::exp(v))); });
+  autograd::record("mish", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{binary_float(GradOp::Mish, g[0], x, [](auto gv, auto v) {
+      using A = decltype(v);
+      const A t = std::tanh(std::log1p(std::exp(v)));
+      const A s = A(1) / (A(1) + std::exp(-v));
+      return gv * (t + v * s * (A(1) - t * t));
+    })};
+  });
+  return out;
+}
+
+Tensor hardswish(const Tensor& x) {
+  Tensor out = unary_float(UnaryOp::Hardswish, x, [](auto v) {
+    using A = decltype(v);
+    return v <= A(-3) ? A(0) : (v >= A(3) ? v : v * (v + A(3)) / A(6));
+  });
+  autograd::record("hardswish", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{binary_float(GradOp::Hardswish, g[0], x, [](auto gv, auto v) {
+      using A = decltype(v);
+      return v < A(-3) ? A(0) : (v <= A(3) ? gv * (v / A(3) + A(0.5)) : gv);
+    })};
+  });
+  return out;
+}
+
+Tensor sin(const Tensor& x) {
+  Tensor out = unary_float(UnaryOp::Sin, x, [](auto v) { return std::sin(v); });
+  autograd::record("sin", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(g[0], cos(x))};
+  });
+  return out;
+}
+
+Tensor cos(const Tensor& x) {
+  Tensor out = unary_float(UnaryOp::Cos, x, [](auto v) { return std::cos(v); });
+  autograd::record("cos", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{neg(mul(g[0], sin(x)))};
+  });
+  return out;
+}
+
+Tensor log1p(const Tensor& x) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::log1p, {&x})) return log1p((*ac)[0]);
+  Tensor out = unary_float(UnaryOp::Log1p, x, [](auto v) { return std::log1p(v); });
+  autograd::record("log1p", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{div(g[0], add(x, 1.0))};
+  });
+  return out;
+}
+
+Tensor expm1(const Tensor& x) {
+  if (auto ac = amp::detail::autocast_args(amp::Op::expm1, {&x})) return expm1((*ac)[0]);
+  Tensor out = unary_float(UnaryOp::Expm1, x, [](auto v) { return std::expm1(v); });
+  autograd::record("expm1", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(g[0], add(o, 1.0))};
+  });
+  return out;
+}
+
+Tensor sign(const Tensor& x) {
+  Tensor out = unary_float(UnaryOp::Sign, x, [](auto v) {
+    using A = decltype(v);
+    return A((A(0) < v) - (v < A(0)));
+  });
+  autograd::record("sign", {x}, {out}, [x = x.detach()](const std::vector<Tensor>&) {
+    return std::vector<Tensor>{zeros_like(x)};
+  });
+  return out;
+}
+
 // --- selection --------------------------------------------------------------------
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

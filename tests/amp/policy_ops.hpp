@@ -63,6 +63,24 @@ inline Tensor run_policy_op(amp::Op op, DType a, DType b, Device dev) {
     case amp::Op::scatter_add:
       return scatter_add(x, 1, from_vector(std::vector<int64_t>{0, 1, 2, 2, 1, 0}, {2, 3}).to(dev),
                          rnd({2, 3}, 18, b));
+    case amp::Op::log1p:
+      return log1p(pos);
+    case amp::Op::expm1:
+      return expm1(x);
+    case amp::Op::softplus:
+      return softplus(x);
+    case amp::Op::l1_loss:
+      return l1_loss(x, rnd({2, 3}, 22, b));
+    case amp::Op::smooth_l1_loss:
+      return smooth_l1_loss(x, rnd({2, 3}, 23, b));
+    case amp::Op::huber_loss:
+      return huber_loss(x, rnd({2, 3}, 24, b));
+    case amp::Op::kl_div:
+      return kl_div(log_softmax(x.to(DType::f32), 1).to(a), softmax(rnd({2, 3}, 25, b), 1));
+    case amp::Op::binary_cross_entropy:
+      return binary_cross_entropy(sigmoid(x), sigmoid(rnd({2, 3}, 26, b)));
+    case amp::Op::gaussian_nll_loss:
+      return gaussian_nll_loss(x, rnd({2, 3}, 27, b), pos);
   }
   FAIL("run_policy_op has no case for policy-table op " << amp::policy(op).name);
   return Tensor();

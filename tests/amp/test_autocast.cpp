@@ -31,7 +31,7 @@ Tensor run_op(amp::Op op, DType a, DType b) {
 
 TEST_CASE("the policy table lists every op once, in order", "[amp][autocast]") {
   const auto table = amp::policy_table();
-  REQUIRE(table.size() == 21);
+  REQUIRE(table.size() == 30);
   for (size_t i = 0; i < table.size(); ++i) {
     CHECK(static_cast<size_t>(table[i].op) == i);
     CHECK(&amp::policy(table[i].op) == &table[i]);
@@ -343,6 +343,28 @@ TEST_CASE("every listed op keeps exact f64 gradients through the autocast entry"
       {amp::Op::scatter_add,
        {[&](const V& v) { return scatter_add(v[0], 1, idx, v[1]); },
         {leaf({3, 3}, 34), leaf({3, 3}, 35)}}},
+      {amp::Op::log1p, {[](const V& v) { return log1p(mul(v[0], v[0])); }, {leaf({3, 3}, 39)}}},
+      {amp::Op::expm1, {[](const V& v) { return expm1(v[0]); }, {leaf({3, 3}, 40)}}},
+      {amp::Op::softplus, {[](const V& v) { return softplus(v[0], 2.0); }, {leaf({3, 3}, 41)}}},
+      {amp::Op::l1_loss,
+       {[](const V& v) { return l1_loss(v[0], v[1]); }, {leaf({3, 4}, 42), leaf({3, 4}, 43)}}},
+      {amp::Op::smooth_l1_loss,
+       {[](const V& v) { return smooth_l1_loss(v[0], v[1], Reduction::Sum, 0.5); },
+        {leaf({3, 4}, 44), leaf({3, 4}, 45)}}},
+      {amp::Op::huber_loss,
+       {[](const V& v) { return huber_loss(v[0], v[1], Reduction::Mean, 0.7); },
+        {leaf({3, 4}, 46), leaf({3, 4}, 47)}}},
+      {amp::Op::kl_div,
+       {[](const V& v) {
+          return kl_div(log_softmax(v[0], 1), softmax(v[1], 1), KLDivReduction::BatchMean);
+        },
+        {leaf({3, 4}, 48), leaf({3, 4}, 49)}}},
+      {amp::Op::binary_cross_entropy,
+       {[](const V& v) { return binary_cross_entropy(sigmoid(v[0]), sigmoid(v[1])); },
+        {leaf({3, 4}, 50), leaf({3, 4}, 51)}}},
+      {amp::Op::gaussian_nll_loss,
+       {[](const V& v) { return gaussian_nll_loss(v[0], v[1], add(mul(v[2], v[2]), 0.5)); },
+        {leaf({3, 4}, 52), leaf({3, 4}, 53), leaf({3, 4}, 54)}}},
   };
   REQUIRE(cases.size() == amp::policy_table().size());
   for (const auto& [op, fc] : cases) {

@@ -67,6 +67,15 @@ enum class Op : uint8_t {
   cat,
   stack,
   scatter_add,
+  log1p,
+  expm1,
+  softplus,
+  l1_loss,
+  smooth_l1_loss,
+  huber_loss,
+  kl_div,
+  binary_cross_entropy,
+  gaussian_nll_loss,
 };
 
 /// One row of the policy table.

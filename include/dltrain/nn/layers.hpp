@@ -10,6 +10,7 @@
 #include "dltrain/nn/module.hpp"
 #include "dltrain/ops/conv.hpp"
 #include "dltrain/ops/loss.hpp"
+#include "dltrain/ops/resample.hpp"
 
 namespace dltrain::nn {
 
@@ -184,6 +185,61 @@ class Tanh : public Module {
   Tensor forward(const Tensor& x) override;
 };
 
+class SiLU : public Module {
+ public:
+  SiLU() : Module("SiLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0)
+      : Module("Softplus"), beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  double beta, threshold;
+};
+
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : Module("ELU"), alpha(alpha) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  double alpha;
+};
+
+class Mish : public Module {
+ public:
+  Mish() : Module("Mish") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+class Hardswish : public Module {
+ public:
+  Hardswish() : Module("Hardswish") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+/// Resizes [N, C, H, W] feature maps (interpolate with fixed options), e.g.
+/// Upsample({.scale_factor = 2.0, .mode = InterpolateMode::Bilinear}).
+class Upsample : public Module {
+ public:
+  explicit Upsample(const InterpolateOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  InterpolateOptions options;
+};
+
+/// [N, C*r*r, H, W] -> [N, C, H*r, W*r].
+class PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor)
+      : Module("PixelShuffle"), upscale_factor(upscale_factor) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t upscale_factor;
+};
+
 class Identity : public Module {
  public:
   Identity() : Module("Identity") {}
@@ -278,6 +334,73 @@ class BCEWithLogitsLoss : public Module {
   Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
   Reduction reduction;
   Tensor pos_weight;
+};
+
+class L1Loss : public Module {
+ public:
+  using Module::forward;
+  explicit L1Loss(Reduction reduction = Reduction::Mean) : Module("L1Loss"), reduction(reduction) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  Reduction reduction;
+};
+
+class SmoothL1Loss : public Module {
+ public:
+  using Module::forward;
+  explicit SmoothL1Loss(Reduction reduction = Reduction::Mean, double beta = 1.0)
+      : Module("SmoothL1Loss"), reduction(reduction), beta(beta) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  Reduction reduction;
+  double beta;
+};
+
+class HuberLoss : public Module {
+ public:
+  using Module::forward;
+  explicit HuberLoss(Reduction reduction = Reduction::Mean, double delta = 1.0)
+      : Module("HuberLoss"), reduction(reduction), delta(delta) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  Reduction reduction;
+  double delta;
+};
+
+class KLDivLoss : public Module {
+ public:
+  using Module::forward;
+  explicit KLDivLoss(KLDivReduction reduction = KLDivReduction::Mean, bool log_target = false)
+      : Module("KLDivLoss"), reduction(reduction), log_target(log_target) {}
+  /// input: log-probabilities; target: probabilities (log-probabilities with log_target).
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  KLDivReduction reduction;
+  bool log_target;
+};
+
+/// Binary cross-entropy on probabilities; weight (a buffer when given) rescales each element.
+class BCELoss : public Module {
+ public:
+  using Module::forward;
+  explicit BCELoss(Tensor weight = Tensor(), Reduction reduction = Reduction::Mean);
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& a, const Tensor& b) { return forward(a, b); }
+  Tensor weight;
+  Reduction reduction;
+};
+
+class GaussianNLLLoss : public Module {
+ public:
+  using Module::forward;
+  explicit GaussianNLLLoss(bool full = false, double eps = 1e-6,
+                           Reduction reduction = Reduction::Mean)
+      : Module("GaussianNLLLoss"), full(full), eps(eps), reduction(reduction) {}
+  Tensor forward(const Tensor& input, const Tensor& target, const Tensor& var);
+  Tensor operator()(const Tensor& a, const Tensor& b, const Tensor& v) { return forward(a, b, v); }
+  bool full;
+  double eps;
+  Reduction reduction;
 };
 
 }  // namespace dltrain::nn

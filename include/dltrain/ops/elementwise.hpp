@@ -41,6 +41,25 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor gelu(const Tensor& x, bool approximate = false);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+/// x * sigmoid(x) (also called swish).
+Tensor silu(const Tensor& x);
+/// log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (PyTorch's).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+/// x for x > 0, alpha * (exp(x) - 1) otherwise.
+Tensor elu(const Tensor& x, double alpha = 1.0);
+/// x * tanh(softplus(x)).
+Tensor mish(const Tensor& x);
+/// x * relu6(x + 3) / 6.
+Tensor hardswish(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+/// log(1 + x), accurate for small x.
+Tensor log1p(const Tensor& x);
+/// exp(x) - 1, accurate for small x.
+Tensor expm1(const Tensor& x);
+/// -1, 0 or 1 (0 for NaN); the gradient is zero. Integer inputs give f32, as the other
+/// floating unary ops.
+Tensor sign(const Tensor& x);
 /// Clamps into [min, max]; either bound may be absent. Gradient is 1 inside, 0 outside.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 

@@ -51,4 +51,37 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
                                         Reduction reduction = Reduction::Mean,
                                         const Tensor& pos_weight = Tensor());
 
+// Regression and distribution losses (issue 14). Input and target broadcast as in PyTorch
+// (same shapes expected; PyTorch warns when they differ); every input may require grad.
+
+/// Mean (or summed) absolute error; the gradient at a zero difference is 0.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+/// 0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d = input - target); beta = 0
+/// is l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target,
+                      Reduction reduction = Reduction::Mean, double beta = 1.0);
+/// 0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) elsewhere (smooth_l1 times delta).
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+
+/// kl_div's reductions: PyTorch's "mean" averages over every element; BatchMean divides the
+/// sum by the batch size (input.size(0)), which is the KL divergence proper.
+enum class KLDivReduction { None, Mean, Sum, BatchMean };
+/// KL(target || input) pointwise with input as log-probabilities: target (log target - input),
+/// 0 where target is 0; with log_target the target is given as log-probabilities too.
+Tensor kl_div(const Tensor& input, const Tensor& target,
+              KLDivReduction reduction = KLDivReduction::Mean, bool log_target = false);
+/// Binary cross-entropy of probabilities input in [0, 1] against target, with PyTorch's
+/// clamp of each log at -100 and an optional rescaling weight (broadcast to input). The range
+/// of input is checked on the CPU only (on CUDA that would synchronise).
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::Mean);
+/// Gaussian negative log-likelihood 0.5 (log var + (input - target)^2 / var) (+ 0.5 log 2 pi
+/// when full) with var clamped below at eps (the clamp passes gradients through, as PyTorch's
+/// no-grad clamp does). var has input's shape, or one dim fewer, or a last dim of 1
+/// (homoscedastic). Negative variances are refused on the CPU.
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                         bool full = false, double eps = 1e-6,
+                         Reduction reduction = Reduction::Mean);
+
 }  // namespace dltrain

@@ -20,7 +20,7 @@ namespace dltrain::backend::cuda {
 void copy(const Tensor& dst, const Tensor& src);
 
 /// Floating unary maps. Parameters: LeakyRelu a = negative slope; Clamp [a, b] (infinite for
-/// an absent bound); Pow a = exponent.
+/// an absent bound); Pow a = exponent; Softplus a = beta, b = threshold; Elu a = alpha.
 enum class UnaryOp {
   Neg,
   Exp,
@@ -35,13 +35,24 @@ enum class UnaryOp {
   Sigmoid,
   Tanh,
   Clamp,
-  Pow
+  Pow,
+  Silu,
+  Softplus,
+  Elu,
+  Mish,
+  Hardswish,
+  Sin,
+  Cos,
+  Log1p,
+  Expm1,
+  Sign
 };
 /// The op's public name ("relu", "gelu", ...), for error messages.
 constexpr const char* op_name(UnaryOp op) {
-  constexpr const char* names[] = {"neg",     "exp",  "log",        "sqrt", "rsqrt",
-                                   "abs",     "relu", "leaky_relu", "gelu", "gelu",
-                                   "sigmoid", "tanh", "clamp",      "pow"};
+  constexpr const char* names[] = {
+      "neg",  "exp",  "log",       "sqrt", "rsqrt", "abs",   "relu",  "leaky_relu",
+      "gelu", "gelu", "sigmoid",   "tanh", "clamp", "pow",   "silu",  "softplus",
+      "elu",  "mish", "hardswish", "sin",  "cos",   "log1p", "expm1", "sign"};
   return names[static_cast<int>(op)];
 }
 /// out = op(x); x and out share a floating dtype.
@@ -64,6 +75,8 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
 ///   Sigmoid, Tanh: v = output; Clamp: v = input, [a, b] the bounds;
 ///   MaxWeight / MinWeight: (g, v) are the operands (a, b) of maximum / minimum and the
 ///   result is a's share of the gradient: 1 where a wins, 0.5 on ties, 0 where b wins.
+///   Silu, Mish, Hardswish: v = input; Softplus: v = input, a = beta, b = threshold;
+///   Elu: v = input, a = alpha.
 enum class GradOp {
   Relu,
   LeakyRelu,
@@ -74,13 +87,19 @@ enum class GradOp {
   Clamp,
   Abs,
   MaxWeight,
-  MinWeight
+  MinWeight,
+  Silu,
+  Softplus,
+  Elu,
+  Mish,
+  Hardswish
 };
 constexpr const char* op_name(GradOp op) {
-  constexpr const char* names[] = {"relu_backward",    "leaky_relu_backward", "gelu_backward",
-                                   "gelu_backward",    "sigmoid_backward",    "tanh_backward",
-                                   "clamp_backward",   "abs_backward",        "extremum_backward",
-                                   "extremum_backward"};
+  constexpr const char* names[] = {
+      "relu_backward",     "leaky_relu_backward", "gelu_backward",     "gelu_backward",
+      "sigmoid_backward",  "tanh_backward",       "clamp_backward",    "abs_backward",
+      "extremum_backward", "extremum_backward",   "silu_backward",     "softplus_backward",
+      "elu_backward",      "mish_backward",       "hardswish_backward"};
   return names[static_cast<int>(op)];
 }
 void binary_grad(GradOp op, const Tensor& out, const Tensor& g, const Tensor& v, double a = 0,
