@@ -1,8 +1,12 @@
 // Trains y = 2x + 1 by gradient descent using only the installed headers and library.
+#include <unistd.h>
 #include <dltrain/dltrain.hpp>
+#include <dltrain/train/metrics.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <string>
 
 int main() {
   using namespace dltrain;
@@ -21,5 +25,20 @@ int main() {
   }
   const double wv = w.item(), bv = b.item();
   std::printf("consumer: w=%.4f b=%.4f (expect 2, 1)\n", wv, bv);
+  // train/'s sinks link from the installed copy too (protobuf, ISA-L and libpng when the
+  // library was built with them).
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("dltrain_consumer_" + std::to_string(static_cast<long>(::getpid())));
+  {
+    train::MetricsOptions o;
+    o.csv = (dir / "metrics.csv").string();
+    if (train::tensorboard_available()) o.tensorboard = (dir / "tb").string();
+    train::MetricsWriter m(o);
+    m.add_scalar("w", wv, 200);
+    m.add_histogram("x", x, 200);
+  }
+  const bool wrote = std::filesystem::file_size(dir / "metrics.csv") > 0;
+  std::filesystem::remove_all(dir);
+  if (!wrote) return 1;
   return std::abs(wv - 2.0) < 1e-3 && std::abs(bv - 1.0) < 1e-3 ? 0 : 1;
 }
