@@ -49,4 +49,7 @@
 #include "dltrain/optim/optimizer.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "dltrain/train/chronometer.hpp"
+#include "dltrain/train/metrics.hpp"
+#include "dltrain/train/progress.hpp"
 #include "dltrain/version.hpp"
