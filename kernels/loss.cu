@@ -20,6 +20,7 @@
 
 #include "kernels/common.cuh"
 #include "src/backend/cuda/loss.hpp"
+#include "src/core/philox.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -600,32 +601,15 @@ struct SoftplusNegOp {
 
 // --- dropout -------------------------------------------------------------------------
 
-// Philox-4x32-10, identical to dltrain::philox4x32 (src/core/generator.cpp).
+// Philox-4x32-10 and rand()'s uniform from two words: the CPU's own definitions
+// (src/core/philox.hpp).
 __device__ __forceinline__ uint4 philox4x32(uint64_t counter, uint64_t subsequence, uint64_t key) {
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
-  uint32_t c2 = static_cast<uint32_t>(subsequence), c3 = static_cast<uint32_t>(subsequence >> 32);
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return make_uint4(c0, c1, c2, c3);
+  const philox::Words w = philox::philox4x32_10(counter, subsequence, key);
+  return make_uint4(w.w[0], w.w[1], w.w[2], w.w[3]);
 }
 
-// The uniform rand() draws from two words: 1 - u01(hi, lo), u01 in (0, 1] with 53 bits
-// (exact in double, as in src/core/random.cpp).
 __device__ __forceinline__ double rand_uniform(uint32_t hi, uint32_t lo) {
-  const uint64_t x = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
-  const double u01 = (static_cast<double>(x & ((1ull << 53) - 1)) + 1.0) / 9007199254740992.0;
-  return 1.0 - u01;
+  return 1.0 - philox::u01(hi, lo);
 }
 
 // R: the precision rand() produced the uniform in (f32, or f64 for f64 inputs). Offsets of

@@ -1,7 +1,10 @@
 // Ranges and random factories. Random values are a pure function of
 // (generator seed, generator offset, element index): element i uses Philox
-// counter offset + i / 4 (uniform) or offset + i / 2 (normal, Box-Muller on a
-// pair of words), so the result does not depend on the thread count.
+// counter offset + i / 2 (uniform: two words of the block; normal: Box-Muller on
+// the block's four words), so the result does not depend on the thread count.
+// The per-element formulas live in src/core/philox.hpp, shared with the GPU:
+// uniform/normal (rand, randn, rand_like, randn_like) for a CUDA device are drawn
+// there by kernels/random.cu and equal the CPU's draw from the same state.
 #include <cmath>
 #include <numeric>
 
@@ -9,18 +12,12 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/core/tensor.hpp"
 #include "src/backend/cpu/cast.hpp"
+#include "src/backend/cuda/random.hpp"
+#include "src/core/philox.hpp"
 
 namespace dltrain {
 
 namespace {
-
-constexpr double kTwoPi = 6.283185307179586476925286766559;
-
-// Uniform double in (0, 1] from two 32-bit words (53 bits).
-inline double u01(uint32_t hi, uint32_t lo) {
-  const uint64_t x = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
-  return (static_cast<double>(x & ((1ull << 53) - 1)) + 1.0) / 9007199254740992.0;
-}
 
 // Fills a fresh contiguous CPU tensor elementwise with f(i) -> double.
 template <class F>
@@ -65,16 +62,38 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   });
 }
 
-Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator* gen) {
-  DLTRAIN_CHECK(is_floating(opts.dtype), "uniform/rand: dtype must be floating, got ", opts.dtype);
+namespace {
+
+// A fresh contiguous tensor of `opts` drawn on its own device: the CUDA kernel, or
+// generate() with the same per-element formula on the CPU.
+Tensor draw(const Shape& shape, TensorOptions opts, backend::cuda::RandomKind kind, double a,
+            double b, Generator* gen) {
   const uint64_t seed = gen_or_default(gen).seed();
   const uint64_t base =
       gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
-  return generate(shape, opts, [&](int64_t i) {
-    const auto w = philox4x32(base + static_cast<uint64_t>(i) / 2, 0, seed);
-    const int lane = static_cast<int>(i % 2) * 2;
-    return low + (high - low) * (1.0 - u01(w[lane], w[lane + 1]));  // [low, high)
-  });
+  if (opts.device.is_cuda()) {
+    const bool rg = opts.requires_grad;
+    opts.requires_grad = false;
+    Tensor t = empty(shape, opts);
+    backend::cuda::random_fill(t, kind, a, b, seed, base);
+    if (rg) t.requires_grad_();
+    return t;
+  }
+  if (kind == backend::cuda::RandomKind::Normal)
+    return generate(shape, opts, [&](int64_t i) { return philox::normal_at(seed, base, i, a, b); });
+  return generate(shape, opts, [&](int64_t i) { return philox::uniform_at(seed, base, i, a, b); });
+}
+
+Tensor like_format(const Tensor& r, const Tensor& t) {
+  const MemoryFormat fmt = t.dim() == 4 ? t.suggest_memory_format() : MemoryFormat::Contiguous;
+  return fmt == MemoryFormat::Contiguous ? r : r.contiguous(fmt);
+}
+
+}  // namespace
+
+Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts, Generator* gen) {
+  DLTRAIN_CHECK(is_floating(opts.dtype), "uniform/rand: dtype must be floating, got ", opts.dtype);
+  return draw(shape, opts, backend::cuda::RandomKind::Uniform, low, high, gen);
 }
 
 Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
@@ -84,19 +103,25 @@ Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
 Tensor normal(const Shape& shape, double mean, double std, TensorOptions opts, Generator* gen) {
   DLTRAIN_CHECK(is_floating(opts.dtype), "randn/normal: dtype must be floating, got ", opts.dtype);
   DLTRAIN_CHECK(std >= 0, "normal: std must be >= 0, got ", std);
-  const uint64_t seed = gen_or_default(gen).seed();
-  const uint64_t base =
-      gen_or_default(gen).reserve(static_cast<uint64_t>((shape_numel(shape) + 1) / 2));
-  return generate(shape, opts, [&](int64_t i) {
-    const auto w = philox4x32(base + static_cast<uint64_t>(i) / 2, 0, seed);
-    const double r = std::sqrt(-2.0 * std::log(u01(w[0], w[1])));
-    const double th = kTwoPi * u01(w[2], w[3]);
-    return mean + std * (i % 2 == 0 ? r * std::cos(th) : r * std::sin(th));
-  });
+  return draw(shape, opts, backend::cuda::RandomKind::Normal, mean, std, gen);
 }
 
 Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
   return normal(shape, 0.0, 1.0, opts, gen);
+}
+
+Tensor rand_like(const Tensor& t, Generator* gen) {
+  DLTRAIN_CHECK(t.defined(), "rand_like: the tensor is undefined");
+  DLTRAIN_CHECK(is_floating(t.dtype()), "rand_like: dtype must be floating, got ", t.dtype(),
+                "; use randint for integers");
+  return like_format(rand(t.shape(), t.options(), gen), t);
+}
+
+Tensor randn_like(const Tensor& t, Generator* gen) {
+  DLTRAIN_CHECK(t.defined(), "randn_like: the tensor is undefined");
+  DLTRAIN_CHECK(is_floating(t.dtype()), "randn_like: dtype must be floating, got ", t.dtype(),
+                "; use randint for integers");
+  return like_format(randn(t.shape(), t.options(), gen), t);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {

@@ -276,3 +276,26 @@ TEST_CASE("regression losses on CUDA match the CPU", "[cuda][gpu]") {
             },
             {a, b}, dt);
 }
+
+TEST_CASE("rand_like and randn_like on CUDA draw on the device what the CPU draws", "[cuda][gpu]") {
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (bool normal : {false, true}) {
+      INFO(dt_str(dt) << (normal ? " randn_like" : " rand_like"));
+      const Tensor like = zeros({3, 4, 5, 7}, TensorOptions(dt).with_device(kCuda)).contiguous(kCL);
+      Generator a(21), b(21);
+      const Tensor got = normal ? randn_like(like, &a) : rand_like(like, &a);
+      CHECK(got.device() == kCuda);
+      CHECK(got.dtype() == dt);
+      CHECK(got.is_contiguous(kCL));
+      const Tensor want = normal ? randn({3, 4, 5, 7}, TensorOptions(dt), &b)
+                                 : rand({3, 4, 5, 7}, TensorOptions(dt), &b);
+      CHECK(a.offset() == b.offset());
+      // f64 normals may differ in the last bit of the device's log/sin/cos.
+      check_close(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64),
+                  dt == DType::f64 && normal ? 1e-14 : 0, 0, "values");
+    }
+  // rand / randn with a CUDA device in the options take the same device path.
+  Generator a(5), b(5);
+  check_close(randn({1000}, TensorOptions().with_device(kCuda), &a).to(Device::cpu()),
+              randn({1000}, TensorOptions(), &b), 0, 0, "randn on cuda");
+}

@@ -243,6 +243,10 @@ Tensor uniform(const Shape& shape, double low, double high, TensorOptions opts =
                Generator* gen = nullptr);
 /// Normal with mean 0 and std 1 (Box-Muller on Philox words).
 Tensor randn(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);
+/// rand / randn with t's shape, dtype, device and memory format (floating t only), drawn on
+/// t's device (no host copy; a GPU draw equals the CPU's from the same generator state).
+Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
+Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
 Tensor normal(const Shape& shape, double mean, double std, TensorOptions opts = {},
               Generator* gen = nullptr);
 /// Integers uniform in [low, high), dtype i64 unless opts says otherwise.

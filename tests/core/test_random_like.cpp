@@ -1,0 +1,51 @@
+// rand_like / randn_like: the draw of rand / randn for the same generator state, with the
+// tensor's shape, dtype and memory format; the generator advances as for rand / randn; the
+// shared Philox definition (src/core/philox.hpp) still gives the Random123 known-answer
+// vector; errors.
+#include <catch2/catch.hpp>
+
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+using Catch::Contains;
+
+TEST_CASE("rand_like and randn_like draw like rand and randn", "[core][random]") {
+  const Tensor t = zeros({2, 3, 4, 5}, TensorOptions(DType::f64));
+  for (bool normal : {false, true}) {
+    INFO((normal ? "randn_like" : "rand_like"));
+    Generator a(11), b(11);
+    Tensor want = normal ? randn(t.shape(), TensorOptions(DType::f64), &a)
+                         : rand(t.shape(), TensorOptions(DType::f64), &a);
+    Tensor got = normal ? randn_like(t, &b) : rand_like(t, &b);
+    CHECK(got.shape() == t.shape());
+    CHECK(got.dtype() == DType::f64);
+    CHECK(got.to_vector<double>() == want.to_vector<double>());
+    CHECK(a.offset() == b.offset());
+    CHECK(a.offset() == static_cast<uint64_t>((t.numel() + 1) / 2));
+  }
+  // Memory format and dtype follow the tensor; values follow the logical order.
+  const Tensor cl =
+      zeros({2, 3, 4, 5}, TensorOptions(DType::f32)).contiguous(MemoryFormat::ChannelsLast);
+  Generator a(3), b(3);
+  Tensor r = randn_like(cl, &a);
+  CHECK(r.dtype() == DType::f32);
+  CHECK(r.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(r.contiguous().to_vector<float>() ==
+        randn({2, 3, 4, 5}, TensorOptions(), &b).to_vector<float>());
+  Tensor h = rand_like(zeros({100}, TensorOptions(DType::bf16)));
+  CHECK(h.dtype() == DType::bf16);
+  CHECK(min(h).item<double>() >= 0.0);
+  CHECK(max(h).item<double>() <= 1.0);
+}
+
+TEST_CASE("Philox-4x32-10 known-answer vector", "[core][random]") {
+  // Random123's kat_vectors: philox4x32_10 with counter (0, 0, 0, 0) and key (0, 0).
+  CHECK(philox4x32(0, 0, 0) ==
+        std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+}
+
+TEST_CASE("rand_like errors", "[core][random][errors]") {
+  CHECK_THROWS_WITH(rand_like(zeros({3}, TensorOptions(DType::i64))),
+                    Contains("dtype must be floating"));
+  CHECK_THROWS_WITH(randn_like(Tensor()), Contains("undefined"));
+}
