@@ -50,11 +50,6 @@ class OutputFile {
   void flush() {
     if (std::fflush(f_) != 0) fail("flush");
   }
-  /// Bytes in the file now (after a flush).
-  long size() {
-    flush();
-    return std::ftell(f_);
-  }
   const std::string& path() const { return path_; }
 
  private:

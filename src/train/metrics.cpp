@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "dltrain/core/error.hpp"
@@ -44,14 +45,16 @@ Histogram make_histogram(const std::vector<double>& values, int bins) {
   h.min = lo;
   h.max = hi;
   if (hi == lo) bins = 1;
-  const double width = (hi - lo) / bins;
+  const double width = hi / bins - lo / bins;  // no overflow for a range past DBL_MAX
   h.bucket.assign(static_cast<size_t>(bins), 0.0);
   h.bucket_limit.resize(static_cast<size_t>(bins));
   for (int i = 0; i < bins; ++i) h.bucket_limit[i] = i + 1 == bins ? hi : lo + width * (i + 1);
   for (double v : values) {
     if (!std::isfinite(v)) continue;
-    int i = width > 0 ? static_cast<int>((v - lo) / width) : 0;
-    h.bucket[static_cast<size_t>(std::clamp(i, 0, bins - 1))] += 1;
+    // v / width - lo / width, not (v - lo) / width: the difference can overflow; the clamp in
+    // double keeps the cast defined.
+    const double x = width > 0 ? std::floor(v / width - lo / width) : 0.0;
+    h.bucket[static_cast<size_t>(std::clamp(x, 0.0, static_cast<double>(bins - 1)))] += 1;
   }
   return h;
 }
@@ -144,8 +147,9 @@ std::string number_text(double v) {
 
 class CsvSink final : public MetricsSink {
  public:
-  CsvSink(const std::string& path, bool append) : file_(path, append, "metrics CSV file") {
-    if (!append || file_.size() == 0) file_.write("wall_time,step,tag,value\n");
+  CsvSink(const std::string& path, bool append)
+      : fresh_(!append || empty_or_missing(path)), file_(path, append, "metrics CSV file") {
+    if (fresh_) file_.write("wall_time,step,tag,value\n");
   }
   void scalar(const std::string& tag, double value, int64_t step, double wall_time) override {
     char head[64];
@@ -156,6 +160,12 @@ class CsvSink final : public MetricsSink {
   std::string path() const override { return file_.path(); }
 
  private:
+  static bool empty_or_missing(const std::string& path) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    return ec || size == 0;
+  }
+  bool fresh_;
   OutputFile file_;
 };
 

@@ -161,6 +161,8 @@ TEST_CASE("make_histogram: equal-width buckets over the finite range", "[train][
   CHECK(same.bucket.size() == 1);
   CHECK(same.bucket[0] == 3);
   CHECK(make_histogram({kNaN}, 5).bucket.empty());
+  const Histogram wide = make_histogram({-1e308, 1e308}, 2);  // max - min overflows a double
+  CHECK(wide.bucket == std::vector<double>{1, 1});
   CHECK_THROWS_WITH(make_histogram({1}, 0), Contains("bins"));
 }
 
