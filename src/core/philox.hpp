@@ -12,11 +12,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DLTRAIN_HD __host__ __device__ __forceinline__
-#else
-#define DLTRAIN_HD inline
-#endif
+#include "src/core/hd.hpp"
 
 namespace dltrain::philox {
 

@@ -1,26 +1,34 @@
-// interpolate, pad, pixel_shuffle / pixel_unshuffle, composed from differentiable ops.
+// interpolate (own kernels), pad, pixel_shuffle / pixel_unshuffle (compositions).
 //
-// Each op is a gather along one dim at a time (index_select) with host-computed indices, plus,
-// for bilinear, a per-row/column blend with host-computed weights, so forward and backward
-// run on every device index_select runs on (CPU loops; CUDA gather / atomic scatter-add) and
-// the gradients are index_select's and mul's own. The index and weight tables follow
-// PyTorch's formulas exactly (aten/src/ATen/native/UpSample.h: nearest in float, bilinear in
-// double here, PyTorch's opmath type for f64), so results match torch to the last bits in f64.
-// Cost: two to four passes over the tensor and a small host-to-device copy of the tables per
-// call on CUDA; fused kernels (one pass, no tables) are the planned follow-up (issue 14).
-// Outputs are brought back to the input's memory format (index_select returns NCHW).
+// interpolate is one pass forward and one backward: on the CPU the loops below, one (n, c)
+// plane per work item (so backward's scatter never races) with per-call tap tables; on CUDA
+// kernels/resample.cu, which computes the same taps per thread (no tables, no copies, no host
+// synchronisation; atomic adds in backward). Taps and weights are PyTorch's formulas
+// (src/ops/resample_index.hpp), so results match torch to the last bits in f64. Backward
+// accumulates in f32 (f64 for f64) and rounds once. Outputs keep the input's memory format.
+//
+// pad is a gather along one dim at a time (index_select with host-computed indices) or cat
+// with constant blocks, and pixel_shuffle a view + permute + copy, so they run on every device
+// with index_select's / cat's / copy's gradients; on CUDA pad's index copy is a small
+// host-to-device transfer per padded dim.
 #include "dltrain/ops/resample.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/indexing.hpp"
 #include "dltrain/ops/shape.hpp"
+#include "src/backend/cuda/resample.hpp"
 #include "src/ops/common.hpp"
+#include "src/ops/resample_index.hpp"
 
 namespace dltrain {
+
+namespace cu = backend::cuda;
 
 namespace {
 
@@ -28,68 +36,130 @@ Tensor index_tensor(const std::vector<int64_t>& idx, Device dev) {
   return from_vector(idx).to(dev);
 }
 
-// PyTorch's nearest_idx: float arithmetic, identity and exact 2x fast paths.
-std::vector<int64_t> nearest_indices(int64_t in, int64_t out, std::optional<double> scale) {
-  std::vector<int64_t> idx(static_cast<size_t>(out));
-  const float s = scale && *scale > 0 ? static_cast<float>(1.0 / *scale)
-                                      : static_cast<float>(in) / static_cast<float>(out);
-  for (int64_t o = 0; o < out; ++o) {
-    int64_t i;
-    if (out == in) {
-      i = o;
-    } else if (out == 2 * in) {
-      i = o >> 1;
-    } else {
-      i = std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * s)), in - 1);
-    }
-    idx[static_cast<size_t>(o)] = i;
-  }
-  return idx;
-}
-
-struct LinearTable {
+// interpolate's kernels on the CPU (strided input, dense output / accumulator in either
+// layout), one (n, c) plane per work item so that backward's scatter never races. Taps come
+// from per-call row and column tables built with src/ops/resample_index.hpp, the functions the
+// CUDA kernels call per thread.
+struct Taps {
   std::vector<int64_t> i0, i1;
-  std::vector<double> l0, l1;
+  std::vector<double> l1;
 };
 
-// PyTorch's compute_source_index_and_lambda with area_pixel_compute_scale / _source_index.
-LinearTable linear_table(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
-  double ratio;
-  if (align_corners) {
-    ratio = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
-  } else {
-    ratio = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
-  }
-  LinearTable t;
+Taps taps(int64_t in, int64_t out, bool bilinear, bool align_corners, double scale) {
+  Taps t;
+  t.i0.resize(static_cast<size_t>(out));
+  t.i1.resize(static_cast<size_t>(out));
+  t.l1.assign(static_cast<size_t>(out), 0.0);
+  const double ratio = resample::linear_ratio(in, out, align_corners, scale);
   for (int64_t o = 0; o < out; ++o) {
-    double src = align_corners ? ratio * static_cast<double>(o)
-                               : ratio * (static_cast<double>(o) + 0.5) - 0.5;
-    if (!align_corners && src < 0) src = 0;
-    const int64_t i0 = static_cast<int64_t>(src);
-    const int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
-    const double l1 = std::clamp(src - static_cast<double>(i0), 0.0, 1.0);
-    t.i0.push_back(i0);
-    t.i1.push_back(i1);
-    t.l0.push_back(1.0 - l1);
-    t.l1.push_back(l1);
+    const size_t k = static_cast<size_t>(o);
+    if (bilinear) {
+      resample::linear_taps(o, in, out, align_corners, ratio, t.i0[k], t.i1[k], t.l1[k]);
+    } else {
+      t.i0[k] = t.i1[k] = resample::nearest_index(o, in, out, scale);
+    }
   }
   return t;
 }
 
-// Linear interpolation of x along dim d (2 or 3 of a 4-d tensor) to `out` entries.
-Tensor lerp_dim(const Tensor& x, int64_t d, int64_t out, bool align_corners,
-                std::optional<double> scale) {
-  const int64_t in = x.size(d);
-  if (in == out) return x;  // PyTorch: identity weights
-  const LinearTable t = linear_table(in, out, align_corners, scale);
-  const DType wt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const Shape wshape = d == 2 ? Shape{out, 1} : Shape{out};
-  const TensorOptions wo = TensorOptions(wt).with_device(x.device());
-  const Tensor w0 = from_vector(t.l0, wshape).to(wo.dtype).to(x.device());
-  const Tensor w1 = from_vector(t.l1, wshape).to(wo.dtype).to(x.device());
-  const Tensor a = index_select(x, d, index_tensor(t.i0, x.device()));
-  const Tensor b = index_select(x, d, index_tensor(t.i1, x.device()));
-  return add(mul(a, w0), mul(b, w1));
+// Element offsets of a dense [N, C, H, W] tensor in layout cl: plane (n, c) start, row, column.
+struct DenseGeo {
+  int64_t plane_n, plane_c, row, col;
+};
+DenseGeo dense_geo(int64_t C, int64_t H, int64_t W, bool cl) {
+  return cl ? DenseGeo{H * W * C, 1, W * C, C} : DenseGeo{C * H * W, H * W, W, 1};
+}
+
+template <class T>
+void upsample_forward_cpu(const Tensor& x, const Tensor& y, const cu::Upsample2d& p, bool cl) {
+  using A = acc_t<T>;
+  const Taps th = taps(p.H, p.Ho, p.bilinear, p.align_corners, p.scale_h);
+  const Taps tw = taps(p.W, p.Wo, p.bilinear, p.align_corners, p.scale_w);
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  const int64_t sn = x.stride(0), sc = x.stride(1), sh = x.stride(2), sw = x.stride(3);
+  const DenseGeo d = dense_geo(p.C, p.Ho, p.Wo, cl);
+  parallel_for(0, p.N * p.C, 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      const int64_t n = nc / p.C, c = nc % p.C;
+      const T* src = xp + n * sn + c * sc;
+      T* dst = yp + n * d.plane_n + c * d.plane_c;
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        const size_t kh = static_cast<size_t>(oh);
+        const T* r0 = src + th.i0[kh] * sh;
+        const T* r1 = src + th.i1[kh] * sh;
+        const A a1 = static_cast<A>(th.l1[kh]), a0 = A(1) - a1;
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const size_t kw = static_cast<size_t>(ow);
+          const int64_t w0 = tw.i0[kw] * sw, w1 = tw.i1[kw] * sw;
+          T& out = dst[oh * d.row + ow * d.col];
+          if (!p.bilinear) {
+            out = r0[w0];
+            continue;
+          }
+          const A b1 = static_cast<A>(tw.l1[kw]), b0 = A(1) - b1;
+          out = static_cast<T>(a0 * (b0 * static_cast<A>(r0[w0]) + b1 * static_cast<A>(r0[w1])) +
+                               a1 * (b0 * static_cast<A>(r1[w0]) + b1 * static_cast<A>(r1[w1])));
+        }
+      }
+    }
+  });
+}
+
+// acc (dense [N, C, H, W] in layout cl, of type A, zero-filled) += adjoint(gy).
+template <class T, class A>
+void upsample_backward_cpu(const Tensor& gy, const Tensor& acc, const cu::Upsample2d& p, bool cl) {
+  const Taps th = taps(p.H, p.Ho, p.bilinear, p.align_corners, p.scale_h);
+  const Taps tw = taps(p.W, p.Wo, p.bilinear, p.align_corners, p.scale_w);
+  const T* gp = static_cast<const T*>(gy.data_ptr());
+  A* ap = static_cast<A*>(acc.data_ptr());
+  const int64_t sn = gy.stride(0), sc = gy.stride(1), sh = gy.stride(2), sw = gy.stride(3);
+  const DenseGeo d = dense_geo(p.C, p.H, p.W, cl);
+  parallel_for(0, p.N * p.C, 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      const int64_t n = nc / p.C, c = nc % p.C;
+      const T* src = gp + n * sn + c * sc;
+      A* dst = ap + n * d.plane_n + c * d.plane_c;
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        const size_t kh = static_cast<size_t>(oh);
+        A* r0 = dst + th.i0[kh] * d.row;
+        A* r1 = dst + th.i1[kh] * d.row;
+        const A a1 = static_cast<A>(th.l1[kh]), a0 = A(1) - a1;
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const size_t kw = static_cast<size_t>(ow);
+          const A v = static_cast<A>(src[oh * sh + ow * sw]);
+          const int64_t w0 = tw.i0[kw] * d.col, w1 = tw.i1[kw] * d.col;
+          if (!p.bilinear) {
+            r0[w0] += v;
+            continue;
+          }
+          const A b1 = static_cast<A>(tw.l1[kw]), b0 = A(1) - b1;
+          r0[w0] += a0 * b0 * v;
+          r0[w1] += a0 * b1 * v;
+          r1[w0] += a1 * b0 * v;
+          r1[w1] += a1 * b1 * v;
+        }
+      }
+    }
+  });
+}
+
+// The gradient of interpolate: gy [N, C, Ho, Wo] -> [N, C, H, W] of dtype dt in layout fmt.
+Tensor upsample_backward(const Tensor& gy0, const cu::Upsample2d& p, DType dt, MemoryFormat fmt) {
+  const Tensor gy = gy0.dtype() == dt ? gy0 : gy0.to(dt);
+  const DType at = dt == DType::f64 ? DType::f64 : DType::f32;
+  const bool cl = fmt == MemoryFormat::ChannelsLast;
+  Tensor acc = empty({p.N, p.C, p.H, p.W}, fmt, TensorOptions(at).with_device(gy.device()));
+  acc.zero_();
+  if (gy.device().is_cuda()) {
+    cu::upsample2d_backward(acc, gy, p);
+  } else {
+    dispatch_floating(dt, "interpolate_backward", [&]<class T>() {
+      using A = acc_t<T>;
+      upsample_backward_cpu<T, A>(gy, acc, p, cl);
+    });
+  }
+  return at == dt ? acc : acc.to(dt);
 }
 
 std::string pair_str(const std::vector<int64_t>& v) {
@@ -139,16 +209,29 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
                   *sh, ", ", *sw, ") is empty (", Ho, " x ", Wo, "); use a larger scale_factor");
   }
   const MemoryFormat fmt = x.suggest_memory_format();
-  Tensor y = x;
-  if (o.mode == InterpolateMode::Nearest) {
-    if (Ho != H) y = index_select(y, 2, index_tensor(nearest_indices(H, Ho, sh), x.device()));
-    if (Wo != W) y = index_select(y, 3, index_tensor(nearest_indices(W, Wo, sw), x.device()));
+  const cu::Upsample2d p{x.size(0),
+                         x.size(1),
+                         H,
+                         W,
+                         Ho,
+                         Wo,
+                         o.mode == InterpolateMode::Bilinear,
+                         o.align_corners,
+                         sh ? 1.0 / *sh : 0.0,
+                         sw ? 1.0 / *sw : 0.0};
+  Tensor y = empty({p.N, p.C, Ho, Wo}, fmt, x.options());
+  const Tensor xd = x.detach();
+  if (x.device().is_cuda()) {
+    cu::upsample2d_forward(y, xd, p);
   } else {
-    y = lerp_dim(lerp_dim(y, 2, Ho, o.align_corners, sh), 3, Wo, o.align_corners, sw);
-    if (y.dtype() != x.dtype()) y = y.to(x.dtype());
+    dispatch_floating(x.dtype(), "interpolate", [&]<class T>() {
+      upsample_forward_cpu<T>(xd, y, p, fmt == MemoryFormat::ChannelsLast);
+    });
   }
-  if (y.impl() == x.impl()) y = y.clone(fmt);  // a fresh tensor, as PyTorch returns
-  return y.suggest_memory_format() == fmt ? y : y.contiguous(fmt);
+  autograd::record("interpolate", {x}, {y}, [p, dt = x.dtype(), fmt](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{upsample_backward(g[0], p, dt, fmt)};
+  });
+  return y;
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double value) {

@@ -1,0 +1,28 @@
+// CUDA entry points of interpolate (internal header, no CUDA types; kernels in
+// kernels/resample.cu, stubs in stub_resample.cpp). The caller (src/ops/resample.cpp) checks
+// arguments and allocates; taps and weights come from src/ops/resample_index.hpp, computed in
+// the kernels (no tables, no copies, no host synchronisation).
+#pragma once
+
+#include <cstdint>
+
+#include "dltrain/core/tensor.hpp"
+
+namespace dltrain::backend::cuda {
+
+/// One 2-d resize [N, C, H, W] -> [N, C, Ho, Wo]. scale_h / scale_w: 1/scale_factor when the
+/// user gave a scale factor, else 0 (then in/out).
+struct Upsample2d {
+  int64_t N, C, H, W, Ho, Wo;
+  bool bilinear, align_corners;
+  double scale_h, scale_w;
+};
+
+/// y = interpolate(x): x any strides, y dense NCHW or channels-last, one floating dtype.
+void upsample2d_forward(const Tensor& y, const Tensor& x, const Upsample2d& p);
+/// acc += the adjoint of interpolate applied to gy: acc is the f32 (f64 for f64 gy) gradient
+/// accumulator [N, C, H, W], dense NCHW or channels-last and zero-filled by the caller; gy any
+/// strides. Atomic adds: the summation order, so the last bits, may vary between runs.
+void upsample2d_backward(const Tensor& acc, const Tensor& gy, const Upsample2d& p);
+
+}  // namespace dltrain::backend::cuda
