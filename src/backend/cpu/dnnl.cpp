@@ -1,7 +1,15 @@
-// oneDNN convolutions (see dnnl.hpp). One CPU engine for the process and one stream per thread;
-// every call waits for its stream before returning, so tensors never outlive their use.
-// oneDNN's OpenMP runtime is given dltrain's thread count before each primitive runs, so the
-// two pools never use more threads than get_num_threads() (two ranks on two cores, one each).
+// oneDNN convolution, batch norm and pooling (see dnnl.hpp). One CPU engine for the process and
+// one stream per thread; every call waits for its stream before returning, so tensors never
+// outlive their use. oneDNN's OpenMP runtime is given dltrain's thread count before each
+// primitive runs, so the two pools never use more threads than get_num_threads() (two ranks on
+// two cores, one each).
+//
+// Primitive cache: creating a primitive descriptor walks oneDNN's implementation list (and a
+// backward one first needs its forward hint), which costs far more than a small layer's
+// execution; oneDNN's own cache only skips the primitive's JIT, not that walk. So each
+// (operation, shapes, strides, dtypes, flags) key maps to its descriptor and primitive once,
+// including the answer "oneDNN has no implementation" (then the op uses its own kernel).
+// Primitives are immutable and may run concurrently on several threads.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -9,7 +17,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "dltrain/backend/cpu.hpp"
 #include "dltrain/core/parallel.hpp"
@@ -111,6 +122,66 @@ memory::desc any_weights(const DnnlConvShape& s, DType dt) {
                "); DLTRAIN_DNNL=0 uses the built-in path");
 }
 
+// A cache key: the raw bytes of the values that select a primitive.
+class Key {
+ public:
+  explicit Key(char op) { s_.push_back(op); }
+  Key& add(int64_t v) {
+    s_.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  Key& add(const Tensor& t) {
+    add(t.dim()).add(static_cast<int64_t>(t.dtype()));
+    for (int64_t d : t.shape()) add(d);
+    for (int64_t d : t.strides()) add(d);
+    return *this;
+  }
+  Key& add(const DnnlConvShape& c) {
+    for (int64_t v : {c.N, c.Cin, c.H, c.W, c.Cout, c.kh, c.kw, c.Ho, c.Wo, c.groups, c.sh, c.sw,
+                      c.ph, c.pw, c.dh, c.dw})
+      add(v);
+    return *this;
+  }
+  const std::string& str() const { return s_; }
+
+ private:
+  std::string s_;
+};
+
+template <class PD, class P>
+struct Cached {
+  using pd_type = PD;
+  PD pd;
+  P prim;
+};
+
+// The cached (pd, primitive) for key, made by make() on first use; nullopt when make() threw
+// dnnl::error (no implementation), also cached. Bounded: cleared past 4096 entries (a
+// program whose shapes never repeat then recreates, as without a cache).
+template <class PD, class P, class Make>
+std::optional<Cached<PD, P>> cached(const Key& key, Make&& make) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::optional<Cached<PD, P>>> map;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = map.find(key.str());
+    if (it != map.end()) return it->second;
+  }
+  std::optional<Cached<PD, P>> v;
+  try {
+    PD pd = make();
+    v = Cached<PD, P>{pd, P(pd)};
+  } catch (const dnnl::error&) {
+    v.reset();
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  if (map.size() >= 4096) map.clear();
+  map.emplace(key.str(), v);
+  return v;
+}
+
+memory mem(const memory::desc& d, const Tensor& t) { return memory(d, engine(), t.data_ptr()); }
+
 }  // namespace
 
 namespace {
@@ -143,6 +214,34 @@ bool dnnl_conv_supported(DType dt) {
   return ok;
 }
 
+namespace {
+
+using ConvFwd = Cached<dnnl::convolution_forward::primitive_desc, dnnl::convolution_forward>;
+using ConvBwdData =
+    Cached<dnnl::convolution_backward_data::primitive_desc, dnnl::convolution_backward_data>;
+using ConvBwdWeights =
+    Cached<dnnl::convolution_backward_weights::primitive_desc, dnnl::convolution_backward_weights>;
+
+memory::desc bias_desc(bool defined, DType dt, const DnnlConvShape& s) {
+  return defined ? memory::desc({s.Cout}, dnnl_dtype(dt), tag::a) : memory::desc();
+}
+
+// The forward primitive for x -> y (both dense, in their own strides); also the hint of the
+// backward ones.
+ConvFwd conv_forward(const Tensor& xd, const Tensor& y, const DnnlConvShape& s, bool bias,
+                     DType bias_dt) {
+  const Key key =
+      Key('F').add(xd).add(y).add(s).add(int64_t{bias}).add(static_cast<int64_t>(bias_dt));
+  auto c = cached<ConvFwd::pd_type, dnnl::convolution_forward>(key, [&] {
+    return forward_pd(act_desc(xd), any_weights(s, xd.dtype()), bias_desc(bias, bias_dt, s),
+                      act_desc(y), s);
+  });
+  if (!c) rethrow(dnnl::error(dnnl_unimplemented, "no implementation"), "convolution forward", s);
+  return *c;
+}
+
+}  // namespace
+
 Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
                            const DnnlConvShape& s) {
   use_our_threads();
@@ -150,21 +249,18 @@ Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
   Tensor xd = x.contiguous(fmt), wd = w.contiguous(w.suggest_memory_format());
   Tensor y = empty({s.N, s.Cout, s.Ho, s.Wo}, fmt, x.options());
   try {
-    const memory::desc src = act_desc(xd), dst = act_desc(y);
-    const memory::desc bias =
-        b.defined() ? memory::desc({s.Cout}, dnnl_dtype(b.dtype()), tag::a) : memory::desc();
-    auto pd = forward_pd(src, any_weights(s, x.dtype()), bias, dst, s);
+    const ConvFwd c = conv_forward(xd, y, s, b.defined(), b.defined() ? b.dtype() : x.dtype());
     memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
-    memory wmem = as_layout(wuser, pd.weights_desc());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, engine(), xd.data_ptr())},
+    memory wmem = as_layout(wuser, c.pd.weights_desc());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(c.pd.src_desc(), xd)},
                                          {DNNL_ARG_WEIGHTS, wmem},
-                                         {DNNL_ARG_DST, memory(dst, engine(), y.data_ptr())}};
+                                         {DNNL_ARG_DST, mem(c.pd.dst_desc(), y)}};
     Tensor bd;
     if (b.defined()) {
       bd = b.contiguous();
-      args.emplace(DNNL_ARG_BIAS, memory(bias, engine(), bd.data_ptr()));
+      args.emplace(DNNL_ARG_BIAS, mem(c.pd.bias_desc(), bd));
     }
-    dnnl::convolution_forward(pd).execute(stream(), args);
+    c.prim.execute(stream(), args);
     stream().wait();
   } catch (const dnnl::error& e) {
     rethrow(e, "convolution forward", s);
@@ -180,41 +276,47 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
   Tensor gy = gy0.to(x.dtype()).contiguous(fmt);
   try {
     const memory::desc src = act_desc(xd), ddst = act_desc(gy);
-    const memory::desc bias =
-        gb ? memory::desc({s.Cout}, dnnl_dtype(w.dtype()), tag::a) : memory::desc();
-    auto fwd = forward_pd(src, any_weights(s, x.dtype()), bias, ddst, s);
     memory gy_mem(ddst, engine(), gy.data_ptr());
     if (gx) {
       *gx = empty({s.N, s.Cin, s.H, s.W}, fmt, x.options());
-      const memory::desc dsrc = act_desc(*gx);
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, dsrc,
-                                              any_weights(s, x.dtype()), ddst, strides(s),
-                                              dilates(s), pad_l(s), pad_r(s));
-      dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd);
+      const Key key = Key('D').add(xd).add(gy).add(*gx).add(s);
+      auto c = cached<ConvBwdData::pd_type, dnnl::convolution_backward_data>(key, [&] {
+        const ConvFwd f = conv_forward(xd, gy, s, false, x.dtype());
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, act_desc(*gx),
+                                                any_weights(s, x.dtype()), ddst, strides(s),
+                                                dilates(s), pad_l(s), pad_r(s));
+        return dnnl::convolution_backward_data::primitive_desc(d, engine(), f.pd);
+      });
+      if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-data for this case");
       memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
-      memory wmem = as_layout(wuser, pd.weights_desc());
-      dnnl::convolution_backward_data(pd).execute(
-          stream(), {{DNNL_ARG_DIFF_DST, gy_mem},
-                     {DNNL_ARG_WEIGHTS, wmem},
-                     {DNNL_ARG_DIFF_SRC, memory(dsrc, engine(), gx->data_ptr())}});
+      memory wmem = as_layout(wuser, c->pd.weights_desc());
+      c->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, gy_mem},
+                                 {DNNL_ARG_WEIGHTS, wmem},
+                                 {DNNL_ARG_DIFF_SRC, mem(c->pd.diff_src_desc(), *gx)}});
     }
     if (gw) {
       *gw = empty(w.shape(), w.suggest_memory_format(), w.options());
-      dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src,
-                                                 any_weights(s, w.dtype()), bias, ddst, strides(s),
-                                                 dilates(s), pad_l(s), pad_r(s));
-      dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), fwd);
+      const Key key = Key('W').add(xd).add(gy).add(*gw).add(s).add(int64_t{gb != nullptr});
+      auto c = cached<ConvBwdWeights::pd_type, dnnl::convolution_backward_weights>(key, [&] {
+        const ConvFwd f = conv_forward(xd, gy, s, gb != nullptr, w.dtype());
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src,
+                                                   any_weights(s, w.dtype()),
+                                                   bias_desc(gb != nullptr, w.dtype(), s), ddst,
+                                                   strides(s), dilates(s), pad_l(s), pad_r(s));
+        return dnnl::convolution_backward_weights::primitive_desc(d, engine(), f.pd);
+      });
+      if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-weights for this case");
       memory guser(weight_desc(*gw, s), engine(), gw->data_ptr());
-      const bool direct = pd.diff_weights_desc() == guser.get_desc();
-      memory gmem = direct ? guser : memory(pd.diff_weights_desc(), engine());
+      const bool direct = c->pd.diff_weights_desc() == guser.get_desc();
+      memory gmem = direct ? guser : memory(c->pd.diff_weights_desc(), engine());
       std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, engine(), xd.data_ptr())},
                                            {DNNL_ARG_DIFF_DST, gy_mem},
                                            {DNNL_ARG_DIFF_WEIGHTS, gmem}};
       if (gb) {
         *gb = empty({s.Cout}, w.options());
-        args.emplace(DNNL_ARG_DIFF_BIAS, memory(bias, engine(), gb->data_ptr()));
+        args.emplace(DNNL_ARG_DIFF_BIAS, mem(c->pd.diff_bias_desc(), *gb));
       }
-      dnnl::convolution_backward_weights(pd).execute(stream(), args);
+      c->prim.execute(stream(), args);
       if (!direct) dnnl::reorder(gmem, guser).execute(stream(), gmem, guser);
     } else if (gb) {
       *gb = sum(gy, {0, 2, 3}).to(w.dtype());

@@ -1,12 +1,15 @@
-// oneDNN (DNNL) convolution on the CPU: the fast path for f32 and bf16 in NCHW and
-// channels-last (internal header; no oneDNN types).
+// oneDNN (DNNL) convolution, batch norm and pooling on the CPU: the fast path for f32 and bf16
+// in NCHW and channels-last (internal header; no oneDNN types).
 //
 // Implemented in dnnl.cpp when the library was built with oneDNN (DLTRAIN_DNNL), by
-// dnnl_stub.cpp otherwise (dnnl_available() false; the ops keep their im2col + Eigen path).
+// dnnl_stub.cpp otherwise (dnnl_available() false; the ops keep their own kernels).
 // Activations are passed to oneDNN in their own dense layout (nchw or nhwc), so a
-// channels-last model never converts its activations; weights are reordered to the layout
-// oneDNN's kernel asks for (format "any"). Primitives come from oneDNN's own primitive cache
-// (keyed by shapes, strides and dtypes, the role cuDNN's algorithm cache plays on the GPU).
+// channels-last model never converts its activations; convolution weights are reordered to
+// the layout oneDNN's kernel asks for (format "any"). Primitive descriptors and primitives are
+// cached by dnnl.cpp per (operation, shapes, strides, dtypes, flags) — the role cuDNN's
+// algorithm cache plays on the GPU — so a training step creates none after its first.
+// Functions returning bool return false, having done nothing, when oneDNN has no
+// implementation for that case (the caller then uses its own kernel).
 #pragma once
 
 #include <cstdint>
@@ -35,5 +38,30 @@ Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
 /// The gradients asked for (non-null outputs): gx in x's format, gw in w's, gb [Cout].
 void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy,
                           const DnnlConvShape& s, Tensor* gx, Tensor* gw, Tensor* gb);
+
+/// Batch-norm training forward of x (dense nchw/nhwc or [N, C, ...] contiguous, f32 or bf16)
+/// with f32 scale/shift [C]: y in x's layout and dtype, the batch mean and biased variance as
+/// f32 [C] (what the backward takes).
+bool dnnl_batch_norm_forward_training(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                                      double eps, Tensor& y, Tensor& mean, Tensor& var);
+/// Its backward: gx in x's layout and dtype, gscale and gshift f32 [C]. gy must be laid out
+/// like x (same dtype and strides).
+bool dnnl_batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& scale,
+                              const Tensor& mean, const Tensor& var, double eps, Tensor& gx,
+                              Tensor& gscale, Tensor& gshift);
+
+/// Geometry of one 2-d pooling (no dilation). pad_r/pad_b may exceed ph/pw (ceil mode).
+struct DnnlPoolShape {
+  int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
+};
+enum class DnnlPool { Max, AvgIncludePad, AvgExcludePad };
+
+/// Pooling forward of x (dense nchw/nhwc, f32 or bf16): y in x's layout; for Max, `ws` gets
+/// the workspace the backward needs (a u8 tensor of oneDNN's size).
+bool dnnl_pool2d_forward(const Tensor& x, const DnnlPoolShape& s, DnnlPool kind, Tensor& y,
+                         Tensor& ws);
+/// Its backward: gx (layout and dtype of gy, which must be laid out like the forward's y).
+bool dnnl_pool2d_backward(const Tensor& gy, const DnnlPoolShape& s, DnnlPool kind, const Tensor& ws,
+                          Tensor& gx);
 
 }  // namespace dltrain::backend::cpu
