@@ -1,4 +1,5 @@
-// interpolate (nearest, bilinear) on CUDA: forward and backward of a 2-d resize.
+// interpolate (nearest, bilinear) and reflect/replicate pad on CUDA: forward and backward
+// of a 2-d resize or pad (pad: the same scheme with one tap, pad_index).
 //
 // Forward: one thread per output element in the output's memory order (NCHW or
 // channels-last, so writes coalesce in either layout), reading its one or four taps through
@@ -102,6 +103,59 @@ __global__ void upsample_backward_kernel(acc_t<T>* __restrict__ acc, const T* __
   }
 }
 
+struct PadGeo {
+  int64_t N, C, H, W, Ho, Wo, top, left;
+  bool reflect;
+  int64_t sn, sc, sh, sw;  // strides of the strided operand (x forward, gy backward)
+  bool channels_last;      // layout of the dense operand (y forward, acc backward)
+};
+
+template <class T>
+__global__ void pad_forward_kernel(T* __restrict__ y, const T* __restrict__ x, PadGeo g,
+                                   int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t n, c, oh, ow;
+    coords(i, g.C, g.Ho, g.Wo, g.channels_last, n, c, oh, ow);
+    const int64_t ih = resample::pad_index(oh, g.H, g.top, g.reflect);
+    const int64_t iw = resample::pad_index(ow, g.W, g.left, g.reflect);
+    y[i] = x[n * g.sn + c * g.sc + ih * g.sh + iw * g.sw];
+  }
+}
+
+template <class T>
+__global__ void pad_backward_kernel(acc_t<T>* __restrict__ acc, const T* __restrict__ gy, PadGeo g,
+                                    int64_t total) {
+  using A = acc_t<T>;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t n, c, oh, ow;
+    coords(i, g.C, g.Ho, g.Wo, false, n, c, oh, ow);
+    const int64_t ih = resample::pad_index(oh, g.H, g.top, g.reflect);
+    const int64_t iw = resample::pad_index(ow, g.W, g.left, g.reflect);
+    const int64_t off = g.channels_last ? ((n * g.H + ih) * g.W + iw) * g.C + c
+                                        : ((n * g.C + c) * g.H + ih) * g.W + iw;
+    atomicAdd(acc + off, convert<A>(gy[n * g.sn + c * g.sc + oh * g.sh + ow * g.sw]));
+  }
+}
+
+PadGeo pad_geometry(const Pad2d& p, const Tensor& strided, bool channels_last) {
+  return {p.N,
+          p.C,
+          p.H,
+          p.W,
+          p.Ho,
+          p.Wo,
+          p.top,
+          p.left,
+          p.reflect,
+          strided.stride(0),
+          strided.stride(1),
+          strided.stride(2),
+          strided.stride(3),
+          channels_last};
+}
+
 Geo geometry(const Upsample2d& p, const Tensor& strided, bool channels_last) {
   return {p.N,
           p.C,
@@ -131,6 +185,38 @@ bool dense_channels_last(const Tensor& t, const char* what) {
 }
 
 }  // namespace
+
+void pad2d_forward(const Tensor& y, const Tensor& x, const Pad2d& p) {
+  DLTRAIN_CHECK(x.dtype() == y.dtype(), "pad (cuda): input dtype ", x.dtype(),
+                " differs from the output's ", y.dtype());
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  const PadGeo g = pad_geometry(p, x, dense_channels_last(y, "the output"));
+  const int dev = y.device().index;
+  Guard guard(dev);
+  cu_dispatch_floating(y.dtype(), "pad", [&]<class T>() {
+    pad_forward_kernel<T><<<grid_for(total, 256, dev), 256, 0, stream(dev)>>>(
+        static_cast<T*>(y.data_ptr()), static_cast<const T*>(x.data_ptr()), g, total);
+  });
+  DLTRAIN_CUDA_CHECK(cudaGetLastError());
+}
+
+void pad2d_backward(const Tensor& acc, const Tensor& gy, const Pad2d& p) {
+  const int64_t total = gy.numel();
+  if (total == 0) return;
+  const PadGeo g = pad_geometry(p, gy, dense_channels_last(acc, "the gradient accumulator"));
+  const int dev = gy.device().index;
+  Guard guard(dev);
+  cu_dispatch_floating(gy.dtype(), "pad_backward", [&]<class T>() {
+    using A = acc_t<T>;
+    DLTRAIN_CHECK(acc.dtype() == (std::is_same_v<A, double> ? DType::f64 : DType::f32),
+                  "pad_backward (cuda): accumulator dtype ", acc.dtype(),
+                  " is not the gradient's accumulation type (internal error)");
+    pad_backward_kernel<T><<<grid_for(total, 256, dev), 256, 0, stream(dev)>>>(
+        static_cast<A*>(acc.data_ptr()), static_cast<const T*>(gy.data_ptr()), g, total);
+  });
+  DLTRAIN_CUDA_CHECK(cudaGetLastError());
+}
 
 void upsample2d_forward(const Tensor& y, const Tensor& x, const Upsample2d& p) {
   DLTRAIN_CHECK(x.dtype() == y.dtype(), "interpolate (cuda): input dtype ", x.dtype(),

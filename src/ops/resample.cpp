@@ -7,10 +7,11 @@
 // (src/ops/resample_index.hpp), so results match torch to the last bits in f64. Backward
 // accumulates in f32 (f64 for f64) and rounds once. Outputs keep the input's memory format.
 //
-// pad is a gather along one dim at a time (index_select with host-computed indices) or cat
-// with constant blocks, and pixel_shuffle a view + permute + copy, so they run on every device
-// with index_select's / cat's / copy's gradients; on CUDA pad's index copy is a small
-// host-to-device transfer per padded dim.
+// Reflect / replicate pad of the last one or two dims is the same scheme with one tap
+// (pad_index); padding three dims, or an integer tensor, gathers along one dim at a time
+// (index_select with host-computed indices, a small host-to-device copy per dim on CUDA).
+// Constant pad is cat with filled blocks (negative amounts are views), and pixel_shuffle a
+// view + permute + copy, so they run on every device with cat's / copy's gradients.
 #include "dltrain/ops/resample.hpp"
 
 #include <algorithm>
@@ -174,6 +175,112 @@ MemoryFormat format_of(const Tensor& x) {
   return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::Contiguous;
 }
 
+// Reflect / replicate amounts (l, r) for dim d of x: non-negative, reflect below the size,
+// replicate of a non-empty dim.
+void check_gather_pad(const Tensor& x, int64_t d, int64_t l, int64_t r, PadMode mode) {
+  const int64_t n = x.size(d);
+  DLTRAIN_CHECK(l >= 0 && r >= 0, "pad: ", mode == PadMode::Reflect ? "reflect" : "replicate",
+                " padding takes non-negative amounts but got (", l, ", ", r, ") for dim ", d,
+                "; crop with narrow() or constant padding");
+  if (mode == PadMode::Reflect)
+    DLTRAIN_CHECK(l < n && r < n, "pad: reflect padding (", l, ", ", r,
+                  ") must be smaller than dim ", d, " of input ", shape_str(x.shape()), " (size ",
+                  n, "); use replicate or pad in steps");
+  else
+    DLTRAIN_CHECK(n > 0, "pad: replicate padding of dim ", d, " of input ", shape_str(x.shape()),
+                  ", which is empty");
+}
+
+template <class T>
+void pad_forward_cpu(const Tensor& x, const Tensor& y, const cu::Pad2d& p, bool cl) {
+  std::vector<int64_t> ih(static_cast<size_t>(p.Ho)), iw(static_cast<size_t>(p.Wo));
+  for (int64_t o = 0; o < p.Ho; ++o)
+    ih[static_cast<size_t>(o)] = resample::pad_index(o, p.H, p.top, p.reflect);
+  for (int64_t o = 0; o < p.Wo; ++o)
+    iw[static_cast<size_t>(o)] = resample::pad_index(o, p.W, p.left, p.reflect);
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  const int64_t sn = x.stride(0), sc = x.stride(1), sh = x.stride(2), sw = x.stride(3);
+  const DenseGeo d = dense_geo(p.C, p.Ho, p.Wo, cl);
+  parallel_for(0, p.N * p.C, 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      const T* src = xp + (nc / p.C) * sn + (nc % p.C) * sc;
+      T* dst = yp + (nc / p.C) * d.plane_n + (nc % p.C) * d.plane_c;
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        const T* row = src + ih[static_cast<size_t>(oh)] * sh;
+        for (int64_t ow = 0; ow < p.Wo; ++ow)
+          dst[oh * d.row + ow * d.col] = row[iw[static_cast<size_t>(ow)] * sw];
+      }
+    }
+  });
+}
+
+template <class T, class A>
+void pad_backward_cpu(const Tensor& gy, const Tensor& acc, const cu::Pad2d& p, bool cl) {
+  const T* gp = static_cast<const T*>(gy.data_ptr());
+  A* ap = static_cast<A*>(acc.data_ptr());
+  const int64_t sn = gy.stride(0), sc = gy.stride(1), sh = gy.stride(2), sw = gy.stride(3);
+  const DenseGeo d = dense_geo(p.C, p.H, p.W, cl);
+  parallel_for(0, p.N * p.C, 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      const T* src = gp + (nc / p.C) * sn + (nc % p.C) * sc;
+      A* dst = ap + (nc / p.C) * d.plane_n + (nc % p.C) * d.plane_c;
+      for (int64_t oh = 0; oh < p.Ho; ++oh) {
+        A* row = dst + resample::pad_index(oh, p.H, p.top, p.reflect) * d.row;
+        for (int64_t ow = 0; ow < p.Wo; ++ow)
+          row[resample::pad_index(ow, p.W, p.left, p.reflect) * d.col] +=
+              static_cast<A>(src[oh * sh + ow * sw]);
+      }
+    }
+  });
+}
+
+// Reflect / replicate padding of the last one or two dims of x (amounts checked by the
+// caller) as one kernel: x is seen as [N, C, H, W] (4-d, any strides) or [1, P, H, W]
+// (other ranks, made contiguous), with its own autograd node.
+Tensor pad_fused(const Tensor& x, const std::vector<int64_t>& amounts, bool reflect) {
+  const int64_t nd = x.dim(), W = x.size(-1);
+  const bool two = amounts.size() == 4;
+  const int64_t H = two ? x.size(-2) : (nd == 4 ? x.size(2) : 1);
+  const MemoryFormat fmt = format_of(x);
+  Tensor x4 = x.detach();
+  if (nd != 4) x4 = x4.reshape({1, W > 0 && H > 0 ? x.numel() / (H * W) : 0, H, W});
+  const int64_t top = two ? amounts[2] : 0, bottom = two ? amounts[3] : 0;
+  const cu::Pad2d p{x4.size(0), x4.size(1),       H,
+                    W,          H + top + bottom, W + amounts[0] + amounts[1],
+                    top,        amounts[0],       reflect};
+  Tensor y = empty({p.N, p.C, p.Ho, p.Wo}, fmt, x.options());
+  if (x.device().is_cuda()) {
+    cu::pad2d_forward(y, x4, p);
+  } else {
+    dispatch_floating(x.dtype(), "pad", [&]<class T>() {
+      pad_forward_cpu<T>(x4, y, p, fmt == MemoryFormat::ChannelsLast);
+    });
+  }
+  Shape out_shape = x.shape();
+  out_shape[static_cast<size_t>(nd - 1)] = p.Wo;
+  if (two) out_shape[static_cast<size_t>(nd - 2)] = p.Ho;
+  if (nd != 4) y = y.view(out_shape);
+  autograd::record(
+      "pad", {x}, {y}, [p, dt = x.dtype(), fmt, shape = x.shape()](const std::vector<Tensor>& g) {
+        const Tensor gy0 = g[0].dtype() == dt ? g[0] : g[0].to(dt);
+        const Tensor gy = gy0.dim() == 4 ? gy0 : gy0.reshape({p.N, p.C, p.Ho, p.Wo});
+        const DType at = dt == DType::f64 ? DType::f64 : DType::f32;
+        Tensor acc = empty({p.N, p.C, p.H, p.W}, fmt, TensorOptions(at).with_device(gy.device()));
+        acc.zero_();
+        if (gy.device().is_cuda()) {
+          cu::pad2d_backward(acc, gy, p);
+        } else {
+          dispatch_floating(dt, "pad_backward", [&]<class T>() {
+            pad_backward_cpu<T, acc_t<T>>(gy, acc, p, fmt == MemoryFormat::ChannelsLast);
+          });
+        }
+        Tensor gx = at == dt ? acc : acc.to(dt);
+        return std::vector<Tensor>{shape.size() == 4 ? gx : gx.view(shape)};
+      });
+  return y;
+}
+
 }  // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
@@ -243,6 +350,13 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double 
                 "last, at most ",
                 x.dim(), " pairs for input ", shape_str(x.shape()));
   const MemoryFormat fmt = format_of(x);
+  if (mode != PadMode::Constant && p.size() <= 4 && is_floating(x.dtype())) {
+    for (size_t k = 0; k < p.size() / 2; ++k) {
+      const int64_t d = x.dim() - 1 - static_cast<int64_t>(k);
+      check_gather_pad(x, d, p[2 * k], p[2 * k + 1], mode);
+    }
+    return pad_fused(x, p, mode == PadMode::Reflect);
+  }
   Tensor y = x;
   for (size_t k = 0; k < p.size() / 2; ++k) {
     const int64_t d = x.dim() - 1 - static_cast<int64_t>(k);
@@ -267,16 +381,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double 
       if (parts.size() > 1) y = cat(parts, d);
       continue;
     }
-    DLTRAIN_CHECK(l >= 0 && r >= 0, "pad: ", mode == PadMode::Reflect ? "reflect" : "replicate",
-                  " padding takes non-negative amounts but got (", l, ", ", r, ") for dim ", d,
-                  "; crop with narrow() or constant padding");
-    if (mode == PadMode::Reflect)
-      DLTRAIN_CHECK(l < n && r < n, "pad: reflect padding (", l, ", ", r,
-                    ") must be smaller than dim ", d, " of input ", shape_str(x.shape()), " (size ",
-                    n, "); use replicate or pad in steps");
-    else
-      DLTRAIN_CHECK(n > 0, "pad: replicate padding of dim ", d, " of input ", shape_str(x.shape()),
-                    ", which is empty");
+    check_gather_pad(y, d, l, r, mode);
     std::vector<int64_t> idx;
     idx.reserve(static_cast<size_t>(l + n + r));
     for (int64_t j = -l; j < n + r; ++j) {

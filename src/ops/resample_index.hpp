@@ -1,5 +1,6 @@
-// Source indices and weights of interpolate, shared by the CPU kernels (src/ops/resample.cpp)
-// and the CUDA kernels (kernels/resample.cu) so both pick the same taps (internal header).
+// Source indices and weights of interpolate (and pad's source indices), shared by the CPU kernels
+// (src/ops/resample.cpp) and the CUDA kernels (kernels/resample.cu) so both pick the same taps
+// (internal header).
 //
 // These are PyTorch's formulas (aten/src/ATen/native/UpSample.h): nearest in float
 // arithmetic with its identity and exact-2x shortcuts; bilinear in double (PyTorch's opmath
@@ -48,6 +49,14 @@ DLTRAIN_HD void linear_taps(int64_t o, int64_t in, int64_t out, bool align_corne
   i1 = i0 + (i0 < in - 1 ? 1 : 0);
   l1 = src - static_cast<double>(i0);
   l1 = l1 < 0 ? 0 : (l1 > 1 ? 1 : l1);
+}
+
+/// pad: the input index output index o reads along a dim of size n padded by `before` in front:
+/// reflect mirrors without repeating the edge (before, after < n), replicate clamps (n > 0).
+DLTRAIN_HD int64_t pad_index(int64_t o, int64_t n, int64_t before, bool reflect) {
+  const int64_t i = o - before;
+  if (reflect) return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i);
+  return i < 0 ? 0 : (i >= n ? n - 1 : i);
 }
 
 }  // namespace dltrain::resample

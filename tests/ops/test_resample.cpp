@@ -97,6 +97,16 @@ TEST_CASE("resampling gradients", "[ops][resample][grad]") {
   gradcheck([](const V& v) { return interpolate(v[0], scaled(1.5, kBilinear)); }, x);
   gradcheck([](const V& v) { return pad(v[0], {1, 2, 2, 1}, PadMode::Reflect); }, x);
   gradcheck([](const V& v) { return pad(v[0], {3, 0, 1, 4}, PadMode::Replicate); }, x);
+  // One padded dim of a 4-d tensor, other ranks (the fused kernel sees [1, P, H, W]), and three
+  // padded dims (one gather per dim).
+  gradcheck([](const V& v) { return pad(v[0], {2, 3}, PadMode::Reflect); }, x);
+  gradcheck(
+      [](const V& v) {
+        return pad(v[0], {1, 2, 2, 0}, PadMode::Replicate);
+      },
+      {leaf({3, 4, 3}, 4)});
+  gradcheck([](const V& v) { return pad(v[0], {2, 1}, PadMode::Reflect); }, {leaf({5}, 5)});
+  gradcheck([](const V& v) { return pad(v[0], {1, 1, 1, 2, 1, 0}, PadMode::Reflect); }, x);
   gradcheck([](const V& v) { return pad(v[0], {-1, 2, 0, 0, 1, 1}, PadMode::Constant, 2); }, x);
   gradcheck([](const V& v) { return pixel_shuffle(v[0], 2); }, {leaf({2, 8, 2, 3}, 2)});
   gradcheck([](const V& v) { return pixel_unshuffle(v[0], 2); }, {leaf({1, 2, 4, 6}, 3)});
@@ -121,6 +131,15 @@ TEST_CASE("resampling odds and ends", "[ops][resample]") {
   CHECK(p.to_vector<double>() == std::vector<double>{3, 2, 1, 2, 3, 2, 1});
   p = pad(from_vector(std::vector<double>{1, 2, 3}), {1, 2}, PadMode::Replicate);
   CHECK(p.to_vector<double>() == std::vector<double>{1, 1, 2, 3, 3, 3});
+  // A 3-d tensor padded in its last two dims: each [H, W] slice padded on its own.
+  Tensor s3 = randn({3, 2, 4});
+  Tensor p3 = pad(s3, {1, 1, 1, 1}, PadMode::Reflect);
+  CHECK(p3.shape() == Shape{3, 4, 6});
+  CHECK(allclose(p3.select(0, 1),
+                 pad(s3.select(0, 1).unsqueeze(0).unsqueeze(0), {1, 1, 1, 1}, PadMode::Reflect)
+                     .squeeze(0)
+                     .squeeze(0),
+                 0, 0));
   // f16 computes its weights in float and keeps the dtype.
   Tensor h = interpolate(x.to(DType::f16), scaled(2, kBilinear));
   CHECK(h.dtype() == DType::f16);

@@ -1,7 +1,7 @@
-// CUDA entry points of interpolate (internal header, no CUDA types; kernels in
-// kernels/resample.cu, stubs in stub_resample.cpp). The caller (src/ops/resample.cpp) checks
-// arguments and allocates; taps and weights come from src/ops/resample_index.hpp, computed in
-// the kernels (no tables, no copies, no host synchronisation).
+// CUDA entry points of interpolate and of reflect/replicate pad (internal header, no CUDA types;
+// kernels in kernels/resample.cu, stubs in stub_resample.cpp). The caller (src/ops/resample.cpp)
+// checks arguments and allocates; taps and weights come from src/ops/resample_index.hpp, computed
+// in the kernels (no tables, no copies, no host synchronisation).
 #pragma once
 
 #include <cstdint>
@@ -24,5 +24,16 @@ void upsample2d_forward(const Tensor& y, const Tensor& x, const Upsample2d& p);
 /// accumulator [N, C, H, W], dense NCHW or channels-last and zero-filled by the caller; gy any
 /// strides. Atomic adds: the summation order, so the last bits, may vary between runs.
 void upsample2d_backward(const Tensor& acc, const Tensor& gy, const Upsample2d& p);
+
+/// Reflect or replicate padding of the last two dims: [N, C, H, W] -> [N, C, Ho, Wo], `top`
+/// rows and `left` columns in front (src/ops/resample_index.hpp's pad_index).
+struct Pad2d {
+  int64_t N, C, H, W, Ho, Wo, top, left;
+  bool reflect;
+};
+/// y = pad(x): x any strides, y dense NCHW or channels-last, one dtype (any floating).
+void pad2d_forward(const Tensor& y, const Tensor& x, const Pad2d& p);
+/// acc += the adjoint of pad applied to gy (acc and gy as for upsample2d_backward).
+void pad2d_backward(const Tensor& acc, const Tensor& gy, const Pad2d& p);
 
 }  // namespace dltrain::backend::cuda

@@ -11,4 +11,11 @@ void upsample2d_backward(const Tensor&, const Tensor&, const Upsample2d&) {
   unavailable("interpolate's backward on a CUDA device");
 }
 
+void pad2d_forward(const Tensor&, const Tensor&, const Pad2d&) {
+  unavailable("reflect/replicate pad on a CUDA device");
+}
+void pad2d_backward(const Tensor&, const Tensor&, const Pad2d&) {
+  unavailable("reflect/replicate pad's backward on a CUDA device");
+}
+
 }  // namespace dltrain::backend::cuda
