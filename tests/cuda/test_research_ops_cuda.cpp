@@ -216,6 +216,28 @@ TEST_CASE("interpolate, pad and pixel_shuffle on CUDA match the CPU", "[cuda][gp
         check(
             name + (cl ? " channels-last" : " NCHW"), [f = f](const V& in) { return f(in[0]); },
             {cl ? x.contiguous(kCL) : x}, dt);
+  // Other ranks and numbers of padded dims (fused [1, P, H, W] kernel; per-dim gather).
+  const Tensor x3 = rnd({4, 5, 6}, 12), x1 = rnd({9}, 13);
+  for (DType dt : {DType::f32, DType::f64}) {
+    check(
+        "pad reflect 3-d",
+        [](const V& in) {
+          return pad(in[0], {2, 1, 1, 3}, PadMode::Reflect);
+        },
+        {x3}, dt);
+    check(
+        "pad replicate 1-d",
+        [](const V& in) {
+          return pad(in[0], {3, 2}, PadMode::Replicate);
+        },
+        {x1}, dt);
+    check(
+        "pad reflect, three dims",
+        [](const V& in) {
+          return pad(in[0], {1, 1, 2, 0, 1, 1}, PadMode::Reflect);
+        },
+        {x}, dt);
+  }
 }
 
 TEST_CASE("activations and unary math on CUDA match the CPU", "[cuda][gpu]") {
