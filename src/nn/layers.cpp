@@ -28,6 +28,11 @@ std::string num_str(double v) {
   os << v;
   return os.str();
 }
+// A Python float's repr for round values ("2.0", not "2"), as PyTorch prints float options.
+std::string py_float(double v) {
+  const std::string t = num_str(v);
+  return t.find_first_of(".eEin") == std::string::npos ? t + ".0" : t;
+}
 
 // PyTorch's default for Linear and Conv: kaiming_uniform(a = sqrt(5)) on the weight, which is
 // U(+-1/sqrt(fan_in)), and the same bound for the bias.
@@ -300,10 +305,10 @@ Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
 Tensor SiLU::forward(const Tensor& x) { return silu(x); }
 Tensor Softplus::forward(const Tensor& x) { return softplus(x, beta, threshold); }
 std::string Softplus::extra_repr() const {
-  return "beta=" + num_str(beta) + ", threshold=" + num_str(threshold);
+  return "beta=" + py_float(beta) + ", threshold=" + py_float(threshold);
 }
 Tensor ELU::forward(const Tensor& x) { return elu(x, alpha); }
-std::string ELU::extra_repr() const { return "alpha=" + num_str(alpha); }
+std::string ELU::extra_repr() const { return "alpha=" + py_float(alpha); }
 Tensor Mish::forward(const Tensor& x) { return mish(x); }
 Tensor Hardswish::forward(const Tensor& x) { return hardswish(x); }
 
@@ -318,11 +323,8 @@ std::string Upsample::extra_repr() const {
     s = "size=" + pair_str(*options.size);
   } else {
     const Double2 f = *options.scale_factor;
-    auto num = [](double v) {
-      std::string t = num_str(v);
-      return t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
-    };
-    s = "scale_factor=" + (f.h == f.w ? num(f.h) : "(" + num(f.h) + ", " + num(f.w) + ")");
+    s = "scale_factor=" +
+        (f.h == f.w ? py_float(f.h) : "(" + py_float(f.h) + ", " + py_float(f.w) + ")");
   }
   s += options.mode == InterpolateMode::Nearest ? ", mode='nearest'" : ", mode='bilinear'";
   if (options.mode == InterpolateMode::Bilinear && options.align_corners)

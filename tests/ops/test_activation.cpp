@@ -120,6 +120,6 @@ TEST_CASE("activation modules", "[ops][activation][nn]") {
   CHECK(allclose(nn::ELU(0.5).forward(x), elu(x, 0.5), 0, 0));
   CHECK(allclose(nn::Mish().forward(x), mish(x), 0, 0));
   CHECK(allclose(nn::Hardswish().forward(x), hardswish(x), 0, 0));
-  CHECK(nn::Softplus(2.0, 10.0).extra_repr() == "beta=2, threshold=10");
+  CHECK(nn::Softplus(2.0, 10.0).extra_repr() == "beta=2.0, threshold=10.0");
   CHECK(nn::ELU(0.5).extra_repr() == "alpha=0.5");
 }
