@@ -107,6 +107,38 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
+// --- Conv1d -------------------------------------------------------------------------
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, const Conv1dOptions& o, TensorOptions opts)
+    : Module("Conv1d"), in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  check_positive(in, "Conv1d", "in_channels");
+  check_positive(out, "Conv1d", "out_channels");
+  check_positive(k, "Conv1d", "kernel_size");
+  check_positive(o.groups, "Conv1d", "groups");
+  DLTRAIN_CHECK(in % o.groups == 0 && out % o.groups == 0, "Conv1d: in_channels (", in,
+                ") and out_channels (", out, ") must both be divisible by groups (", o.groups, ")");
+  opts.requires_grad = false;
+  weight = register_parameter("weight", empty({out, in / o.groups, k}, opts));
+  if (o.bias) bias = register_parameter("bias", empty({out}, opts));
+  reset_parameters();
+}
+
+void Conv1d::reset_parameters() { default_init(weight, bias); }
+
+Tensor Conv1d::forward(const Tensor& x) {
+  return conv1d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv1d::extra_repr() const {
+  auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; };
+  std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
+                  ", kernel_size=" + one(kernel_size) + ", stride=" + one(options.stride);
+  if (options.padding != 0) s += ", padding=" + one(options.padding);
+  if (options.dilation != 1) s += ", dilation=" + one(options.dilation);
+  if (options.groups != 1) s += ", groups=" + std::to_string(options.groups);
+  if (!options.bias) s += ", bias=False";
+  return s;
+}
+
 // --- ConvTranspose2d ----------------------------------------------------------------
 ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 k, const ConvTranspose2dOptions& o,
                                  TensorOptions opts)

@@ -1,4 +1,5 @@
-// conv_transpose2d: the transposed convolution, built from conv2d's own halves.
+// conv_transpose2d: the transposed convolution, built from conv2d's own halves; conv1d, a
+// conv2d on a height-1 view.
 //
 // A transposed convolution with weight [C_in, C_out/groups, kh, kw] is exactly the input
 // gradient of the conv2d that maps [N, C_out, Ho, Wo] to [N, C_in, H, W] with the same weight,
@@ -138,6 +139,19 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
         return std::vector<Tensor>{gx, gw, gb};
       });
   return y;
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups) {
+  detail::check_defined("conv1d", x, "input");
+  detail::check_defined("conv1d", weight, "weight");
+  DLTRAIN_CHECK(x.dim() == 3, "conv1d: expected a 3-d input [N, C, L] but got shape ",
+                shape_str(x.shape()), "; add a batch dim with unsqueeze(0)");
+  DLTRAIN_CHECK(weight.dim() == 3, "conv1d: expected a 3-d weight [C_out, C_in/groups, k] but got ",
+                shape_str(weight.shape()));
+  return conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, Int2(1, stride), Int2(0, padding),
+                Int2(1, dilation), groups)
+      .squeeze(2);
 }
 
 }  // namespace dltrain

@@ -166,6 +166,12 @@ TEST_CASE("conv_transpose2d on CUDA matches the CPU (NCHW and channels-last)", "
     }
 }
 
+TEST_CASE("conv1d on CUDA matches the CPU", "[cuda][gpu]") {
+  check_all(
+      "conv1d s2 p1 d2 g2", [](const V& in) { return conv1d(in[0], in[1], in[2], 2, 1, 2, 2); },
+      {rnd({3, 4, 17}, 41), rnd({6, 2, 3}, 42, 0.3), rnd({6}, 43)}, {}, 1e-4);
+}
+
 TEST_CASE("nn::ConvTranspose2d on CUDA under f16 autocast runs in f16", "[cuda][gpu]") {
   nn::ConvTranspose2d up(4, 2, 4, {.stride = 2, .padding = 1});
   up.to(kCuda);

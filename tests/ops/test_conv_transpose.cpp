@@ -245,3 +245,34 @@ TEST_CASE("conv_transpose2d errors name the op and the fix", "[ops][conv_transpo
   CHECK_THROWS_WITH(conv_transpose2d(randn({1, 4, 1, 1}), w, Tensor(), 1, 2),
                     Contains("gives an empty output"));
 }
+
+TEST_CASE("conv1d matches PyTorch and its gradients check", "[ops][conv1d]") {
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO("dtype " << dt);
+    const double tol = dt == DType::f64 ? 1e-10 : 2e-4;
+    Tensor x = R("conv1d.x").to(dt).clone(), w = R("conv1d.w").to(dt).clone(),
+           b = R("conv1d.b").to(dt).clone();
+    x.requires_grad_();
+    w.requires_grad_();
+    b.requires_grad_();
+    Tensor y = conv1d(x, w, b, 2, 1, 2, 2);
+    REQUIRE(y.shape() == R("conv1d.y").shape());
+    CHECK(allclose(y.to(DType::f64), R("conv1d.y"), tol, tol));
+    y.backward(R("conv1d.gy").to(dt));
+    CHECK(allclose(x.grad().to(DType::f64), R("conv1d.gx"), tol, tol));
+    CHECK(allclose(w.grad().to(DType::f64), R("conv1d.gw"), tol, tol));
+    CHECK(allclose(b.grad().to(DType::f64), R("conv1d.gb"), tol, tol));
+  }
+  gradcheck([](const V& v) { return conv1d(v[0], v[1], v[2], 1, 2, 1, 1); },
+            {leaf({2, 3, 6}, 31), leaf({4, 3, 3}, 32), leaf({4}, 33)});
+  gradcheck([](const V& v) { return conv1d(v[0], v[1], Tensor(), 3, 0, 2, 3); },
+            {leaf({1, 3, 9}, 34), leaf({6, 1, 2}, 35)});
+
+  nn::Conv1d m(4, 6, 3, {.padding = 1, .groups = 2});
+  CHECK(m.weight.shape() == Shape{6, 2, 3});
+  CHECK(m.forward(randn({2, 4, 10})).shape() == Shape{2, 6, 10});
+  CHECK(m.extra_repr() == "4, 6, kernel_size=(3,), stride=(1,), padding=(1,), groups=2");
+  CHECK_THROWS_WITH(conv1d(randn({4, 10}), randn({6, 4, 3})), Contains("expected a 3-d input"));
+  CHECK_THROWS_WITH(conv1d(randn({1, 4, 10}), randn({6, 4, 3, 1})),
+                    Contains("expected a 3-d weight"));
+}

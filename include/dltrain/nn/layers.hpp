@@ -49,6 +49,27 @@ class Conv2d : public Module {
   Tensor weight, bias;
 };
 
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+/// 1-d convolution over [N, C, L]. weight [out, in/groups, k]; PyTorch's default init.
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+         const Conv1dOptions& options = {}, TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+  int64_t in_channels, out_channels, kernel_size;
+  Conv1dOptions options;
+  Tensor weight, bias;
+};
+
 struct ConvTranspose2dOptions {
   Int2 stride = 1;
   Int2 padding = 0;

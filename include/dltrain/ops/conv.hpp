@@ -22,6 +22,11 @@ struct Int2 {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Int2 stride = 1,
               Int2 padding = 0, Int2 dilation = 1, int64_t groups = 1);
 
+/// 1-d convolution: x [N, C_in, L], weight [C_out, C_in/groups, k], bias [C_out] or undefined
+/// -> [N, C_out, L_out]; conv2d on a height-1 view, so every conv2d backend and autocast apply.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+
 /// Transposed convolution (the gradient of conv2d with respect to its input; PyTorch's
 /// conv_transpose2d and argument order). x [N, C_in, H, W], weight [C_in, C_out/groups, kH, kW],
 /// bias [C_out] or undefined; the output is [N, C_out, Ho, Wo] with
