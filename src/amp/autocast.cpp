@@ -24,7 +24,7 @@ namespace {
 
 using P = CastPolicy;
 
-constexpr std::array<OpPolicy, 30> kTable{{
+constexpr std::array<OpPolicy, 31> kTable{{
     {Op::conv2d, "conv2d", P::LowerPrecision},
     {Op::conv_transpose2d, "conv_transpose2d", P::LowerPrecision},
     {Op::linear, "linear", P::LowerPrecision},
@@ -55,12 +55,13 @@ constexpr std::array<OpPolicy, 30> kTable{{
     {Op::kl_div, "kl_div", P::Float32},
     {Op::binary_cross_entropy, "binary_cross_entropy", P::Float32},
     {Op::gaussian_nll_loss, "gaussian_nll_loss", P::Float32},
+    {Op::group_norm, "group_norm", P::Float32},
 }};
 
 constexpr bool table_in_order() {
   for (size_t i = 0; i < kTable.size(); ++i)
     if (static_cast<size_t>(kTable[i].op) != i) return false;
-  return static_cast<size_t>(Op::gaussian_nll_loss) + 1 == kTable.size();
+  return static_cast<size_t>(Op::group_norm) + 1 == kTable.size();
 }
 static_assert(table_in_order(), "kTable must list every amp::Op once, in declaration order");
 

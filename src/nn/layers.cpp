@@ -180,6 +180,63 @@ std::string ConvTranspose2d::extra_repr() const {
   return s;
 }
 
+// --- GroupNorm, InstanceNorm2d ------------------------------------------------------
+GroupNorm::GroupNorm(int64_t g, int64_t c, double eps, bool affine, TensorOptions opts)
+    : Module("GroupNorm"), num_groups(g), num_channels(c), eps(eps) {
+  check_positive(g, "GroupNorm", "num_groups");
+  check_positive(c, "GroupNorm", "num_channels");
+  DLTRAIN_CHECK(c % g == 0, "GroupNorm: num_channels (", c, ") must be divisible by num_groups (",
+                g, ")");
+  opts.requires_grad = false;
+  if (affine) {
+    weight = register_parameter("weight", ones({c}, opts));
+    bias = register_parameter("bias", zeros({c}, opts));
+  }
+}
+Tensor GroupNorm::forward(const Tensor& x) {
+  DLTRAIN_CHECK(x.dim() >= 2 && x.size(1) == num_channels, "GroupNorm(", num_groups, ", ",
+                num_channels, "): input of shape ", shape_str(x.shape()), " must be [N, ",
+                num_channels, ", ...]");
+  return group_norm(x, num_groups, weight, bias, eps);
+}
+std::string GroupNorm::extra_repr() const {
+  return std::to_string(num_groups) + ", " + std::to_string(num_channels) +
+         ", eps=" + num_str(eps) + ", affine=" + py_bool(weight.defined());
+}
+
+InstanceNorm2d::InstanceNorm2d(int64_t n, const InstanceNormOptions& o, TensorOptions opts)
+    : Module("InstanceNorm2d"), num_features(n), options(o) {
+  check_positive(n, "InstanceNorm2d", "num_features");
+  opts.requires_grad = false;
+  if (o.affine) {
+    weight = register_parameter("weight", ones({n}, opts));
+    bias = register_parameter("bias", zeros({n}, opts));
+  }
+  if (o.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({n}, opts));
+    running_var = register_buffer("running_var", ones({n}, opts));
+    num_batches_tracked = register_buffer(
+        "num_batches_tracked", zeros({}, TensorOptions(DType::i64).with_device(opts.device)));
+  }
+}
+Tensor InstanceNorm2d::forward(const Tensor& x) {
+  DLTRAIN_CHECK(x.dim() == 4 && x.size(1) == num_features, "InstanceNorm2d(", num_features,
+                "): expected an input [N, ", num_features, ", H, W] but got shape ",
+                shape_str(x.shape()));
+  const bool use_input_stats = is_training() || !options.track_running_stats;
+  if (options.track_running_stats && is_training()) {
+    NoGradGuard ng;
+    add_(num_batches_tracked, 1.0);
+  }
+  return instance_norm(x, running_mean, running_var, weight, bias, use_input_stats,
+                       options.momentum, options.eps);
+}
+std::string InstanceNorm2d::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + num_str(options.eps) +
+         ", momentum=" + num_str(options.momentum) + ", affine=" + py_bool(options.affine) +
+         ", track_running_stats=" + py_bool(options.track_running_stats);
+}
+
 // --- BatchNorm ----------------------------------------------------------------------
 BatchNorm::BatchNorm(const char* type_name, std::vector<int64_t> expected_dims, int64_t n,
                      const BatchNormOptions& o, TensorOptions opts)

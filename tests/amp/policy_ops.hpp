@@ -81,6 +81,8 @@ inline Tensor run_policy_op(amp::Op op, DType a, DType b, Device dev) {
       return binary_cross_entropy(sigmoid(x), sigmoid(rnd({2, 3}, 26, b)));
     case amp::Op::gaussian_nll_loss:
       return gaussian_nll_loss(x, rnd({2, 3}, 27, b), pos);
+    case amp::Op::group_norm:
+      return group_norm(rnd({2, 4, 3, 3}, 28, a), 2, rnd({4}, 29, b), rnd({4}, 30, b));
   }
   FAIL("run_policy_op has no case for policy-table op " << amp::policy(op).name);
   return Tensor();

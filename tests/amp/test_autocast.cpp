@@ -31,7 +31,7 @@ Tensor run_op(amp::Op op, DType a, DType b) {
 
 TEST_CASE("the policy table lists every op once, in order", "[amp][autocast]") {
   const auto table = amp::policy_table();
-  REQUIRE(table.size() == 30);
+  REQUIRE(table.size() == 31);
   for (size_t i = 0; i < table.size(); ++i) {
     CHECK(static_cast<size_t>(table[i].op) == i);
     CHECK(&amp::policy(table[i].op) == &table[i]);
@@ -365,6 +365,9 @@ TEST_CASE("every listed op keeps exact f64 gradients through the autocast entry"
       {amp::Op::gaussian_nll_loss,
        {[](const V& v) { return gaussian_nll_loss(v[0], v[1], add(mul(v[2], v[2]), 0.5)); },
         {leaf({3, 4}, 52), leaf({3, 4}, 53), leaf({3, 4}, 54)}}},
+      {amp::Op::group_norm,
+       {[](const V& v) { return group_norm(v[0], 2, v[1], v[2]); },
+        {leaf({2, 4, 3}, 55), leaf({4}, 56), leaf({4}, 57)}}},
   };
   REQUIRE(cases.size() == amp::policy_table().size());
   for (const auto& [op, fc] : cases) {

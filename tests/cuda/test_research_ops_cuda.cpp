@@ -246,6 +246,28 @@ TEST_CASE("interpolate, pad and pixel_shuffle on CUDA match the CPU", "[cuda][gp
   }
 }
 
+TEST_CASE("group_norm and instance_norm on CUDA match the CPU", "[cuda][gpu]") {
+  const Tensor x = rnd({3, 6, 5, 4}, 51, 2.0, 0.5), w = rnd({6}, 52), b = rnd({6}, 53);
+  for (bool cl : {false, true})
+    for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+      const std::string tag = cl ? " channels-last" : " NCHW";
+      check(
+          "group_norm" + tag, [](const V& in) { return group_norm(in[0], 3, in[1], in[2]); },
+          {cl ? x.contiguous(kCL) : x, w, b}, dt);
+      check(
+          "instance_norm" + tag,
+          [](const V& in) { return instance_norm(in[0], {}, {}, in[1], in[2]); },
+          {cl ? x.contiguous(kCL) : x, w, b}, dt);
+    }
+  // Running statistics are updated on the device as on the CPU.
+  Tensor rm = zeros({6}), rv = ones({6});
+  Tensor rm_gpu = rm.to(kCuda), rv_gpu = rv.to(kCuda);
+  instance_norm(x, rm, rv, {}, {}, true, 0.3);
+  instance_norm(x.to(kCuda), rm_gpu, rv_gpu, {}, {}, true, 0.3);
+  check_close(rm_gpu.to(Device::cpu()), rm, 1e-6, 1e-6, "running_mean");
+  check_close(rv_gpu.to(Device::cpu()), rv, 1e-6, 1e-6, "running_var");
+}
+
 TEST_CASE("activations and unary math on CUDA match the CPU", "[cuda][gpu]") {
   const Tensor x = rnd({3, 5, 7}, 21, 3.0);
   const Tensor pos = add(abs(x), 0.1);

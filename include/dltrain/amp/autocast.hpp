@@ -76,6 +76,7 @@ enum class Op : uint8_t {
   kl_div,
   binary_cross_entropy,
   gaussian_nll_loss,
+  group_norm,
 };
 
 /// One row of the policy table.

@@ -156,6 +156,40 @@ class LayerNorm : public Module {
   Tensor weight, bias;
 };
 
+/// Group normalisation over [N, C, *]; weight ones, bias zeros (PyTorch's init and keys).
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
+            TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t num_groups, num_channels;
+  double eps;
+  Tensor weight, bias;
+};
+
+struct InstanceNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  /// PyTorch's defaults: no affine parameters, no running statistics.
+  bool affine = false;
+  bool track_running_stats = false;
+};
+
+/// Instance normalisation of [N, C, H, W] (each sample's channel normalised on its own).
+/// With track_running_stats, training updates running_mean / running_var (buffers, with
+/// num_batches_tracked) and eval normalises with them, as PyTorch.
+class InstanceNorm2d : public Module {
+ public:
+  explicit InstanceNorm2d(int64_t num_features, const InstanceNormOptions& options = {},
+                          TensorOptions opts = TensorOptions());
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t num_features;
+  InstanceNormOptions options;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+};
+
 /// Lookup table: indices (any shape, int64) -> rows of weight [num, dim]; init N(0, 1).
 class Embedding : public Module {
  public:
