@@ -474,6 +474,17 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   return out;
 }
 
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
+  detail::check_defined("clamp", x, "input");
+  DLTRAIN_CHECK(lo.defined() || hi.defined(),
+                "clamp: give at least one of min and max (both are undefined)");
+  detail::check_same_device("clamp", {&x, &lo, &hi});
+  Tensor y = x;
+  if (lo.defined()) y = where(lt(y, lo), lo, y);
+  if (hi.defined()) y = where(gt(y, hi), hi, y);
+  return y;
+}
+
 // --- activations and unary math (issue 14) ---------------------------------------
 // Formulas and edge rules are PyTorch's CPU kernels' (softplus's threshold, hardswish's
 // closed interval [-3, 3] in backward, elu through expm1); the CUDA functors in

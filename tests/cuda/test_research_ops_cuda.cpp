@@ -290,6 +290,10 @@ TEST_CASE("activations and unary math on CUDA match the CPU", "[cuda][gpu]") {
   for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64})
     check(
         "log1p", [](const V& in) { return log1p(in[0]); }, {pos}, dt);
+  for (DType dt : {DType::f32, DType::f64})
+    check(
+        "clamp with tensor bounds", [](const V& in) { return clamp(in[0], in[1], in[2]); },
+        {x, rnd({5, 1}, 22), add(rnd({7}, 23), 1.0)}, dt);
 }
 
 TEST_CASE("regression losses on CUDA match the CPU", "[cuda][gpu]") {

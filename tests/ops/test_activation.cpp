@@ -123,3 +123,23 @@ TEST_CASE("activation modules", "[ops][activation][nn]") {
   CHECK(nn::Softplus(2.0, 10.0).extra_repr() == "beta=2.0, threshold=10.0");
   CHECK(nn::ELU(0.5).extra_repr() == "alpha=0.5");
 }
+
+TEST_CASE("clamp with tensor bounds matches PyTorch", "[ops][activation][clamp]") {
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO("dtype " << dt);
+    const double tol = dt == DType::f64 ? 1e-15 : 1e-6;
+    Tensor x = R("clamp_tensor.x").to(dt).clone(), lo = R("clamp_tensor.lo").to(dt).clone(),
+           hi = R("clamp_tensor.hi").to(dt).clone();
+    for (Tensor* t : {&x, &lo, &hi}) t->requires_grad_();
+    Tensor y = clamp(x, lo, hi);
+    CHECK(allclose(y.to(DType::f64), R("clamp_tensor.y"), tol, tol));
+    y.backward(R("clamp_tensor.gy").to(dt));
+    CHECK(allclose(x.grad().to(DType::f64), R("clamp_tensor.gx"), tol, tol));
+    CHECK(allclose(lo.grad().to(DType::f64), R("clamp_tensor.glo"), tol, tol));
+    CHECK(allclose(hi.grad().to(DType::f64), R("clamp_tensor.ghi"), tol, tol));
+  }
+  Tensor a = dltrain::testing::leaf({3, 4}, 61), lo = dltrain::testing::leaf({4}, 62);
+  gradcheck([](const V& v) { return clamp(v[0], v[1], Tensor()); }, {a, lo});
+  gradcheck([](const V& v) { return clamp(v[0], Tensor(), v[1]); }, {a, lo});
+  CHECK_THROWS_WITH(clamp(a, Tensor(), Tensor()), Catch::Contains("at least one of min and max"));
+}

@@ -60,6 +60,10 @@ Tensor expm1(const Tensor& x);
 /// -1, 0 or 1 (0 for NaN); the gradient is zero. Integer inputs give f32, as the other
 /// floating unary ops.
 Tensor sign(const Tensor& x);
+/// Clamps into [min, max] with tensor bounds (either may be undefined, not both), all three
+/// broadcasting: min(max(x, min), max) as PyTorch (max wins where min > max). The gradient goes
+/// to x where min <= x <= max, to min where x < min, to max where the result is max.
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
 /// Clamps into [min, max]; either bound may be absent. Gradient is 1 inside, 0 outside.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
