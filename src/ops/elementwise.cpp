@@ -679,6 +679,23 @@ Tensor ge(const Tensor& a, double b) { return ge(a, wrap_scalar(a, b)); }
 
 Tensor logical_not(const Tensor& x) { return eq(x, 0.0); }
 
+// Logical and / or / xor: the truth of each operand (ne 0, any dtype) combined by where or
+// ne, so the result is bool on every device and broadcasts.
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  detail::check_same_device("logical_and", {&a, &b});
+  return where(ne(a, 0.0), ne(b, 0.0),
+               scalar_tensor(0.0, TensorOptions(DType::b8).with_device(a.device())));
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  detail::check_same_device("logical_or", {&a, &b});
+  return where(ne(a, 0.0), scalar_tensor(1.0, TensorOptions(DType::b8).with_device(a.device())),
+               ne(b, 0.0));
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  detail::check_same_device("logical_xor", {&a, &b});
+  return ne(ne(a, 0.0), ne(b, 0.0));
+}
+
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (a.shape() != b.shape()) return false;
   const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();

@@ -296,6 +296,23 @@ TEST_CASE("activations and unary math on CUDA match the CPU", "[cuda][gpu]") {
         {x, rnd({5, 1}, 22), add(rnd({7}, 23), 1.0)}, dt);
 }
 
+TEST_CASE("logical and / or / xor on CUDA match the CPU", "[cuda][gpu]") {
+  const Tensor a = gt(rnd({4, 5}, 61), 0.0), b = gt(rnd({5}, 62), 0.3);
+  const Tensor x = rnd({4, 5}, 63);
+  for (const auto& [name, f] :
+       std::vector<std::pair<std::string, std::function<Tensor(const Tensor&, const Tensor&)>>>{
+           {"and", [](const Tensor&p, const Tensor&q) { return logical_and(p, q); }},
+           {"or", [](const Tensor&p, const Tensor&q) { return logical_or(p, q); }},
+           {"xor", [](const Tensor&p, const Tensor&q) { return logical_xor(p, q); }}}) {
+    const Tensor got = f(a.to(kCuda), b.to(kCuda)), mixed = f(x.to(kCuda), b.to(kCuda));
+    CHECK(got.dtype() == DType::b8);
+    check_close(got.to(Device::cpu()).to(DType::i64), f(a, b).to(DType::i64), 0, 0,
+                "logical_" + name);
+    check_close(mixed.to(Device::cpu()).to(DType::i64), f(x, b).to(DType::i64), 0, 0,
+                "logical_" + name + " mixed");
+  }
+}
+
 TEST_CASE("regression losses on CUDA match the CPU", "[cuda][gpu]") {
   const Tensor a = rnd({4, 6}, 31), b = rnd({4, 6}, 32), c = rnd({4, 6}, 33);
   for (Reduction red : {Reduction::None, Reduction::Mean, Reduction::Sum})

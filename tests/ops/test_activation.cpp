@@ -143,3 +143,18 @@ TEST_CASE("clamp with tensor bounds matches PyTorch", "[ops][activation][clamp]"
   gradcheck([](const V& v) { return clamp(v[0], Tensor(), v[1]); }, {a, lo});
   CHECK_THROWS_WITH(clamp(a, Tensor(), Tensor()), Catch::Contains("at least one of min and max"));
 }
+
+TEST_CASE("logical and / or / xor stay bool and broadcast", "[ops][logical]") {
+  const Tensor a = from_vector(std::vector<double>{0, 1, 2, 0}, {2, 2}).to(DType::b8);
+  const Tensor b = from_vector(std::vector<double>{1, 0}, {2}).to(DType::b8);
+  const Tensor x = from_vector(std::vector<float>{0.f, -3.f, 0.5f, 0.f}, {2, 2});
+  CHECK(logical_and(a, b).dtype() == DType::b8);
+  CHECK(logical_and(a, b).to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1, 0});
+  CHECK(logical_or(a, b).to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1, 0});
+  CHECK(logical_xor(a, b).to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 0, 0});
+  // Mixed dtypes: truth is "non-zero".
+  CHECK(logical_and(x, b).to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1, 0});
+  CHECK(logical_or(x, a).dtype() == DType::b8);
+  CHECK(logical_not(logical_or(x, a)).to(DType::i64).to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 0, 0, 1});
+}

@@ -86,6 +86,11 @@ Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
 Tensor logical_not(const Tensor& x);
+/// Elementwise logical and / or / xor of the operands' truth (non-zero), broadcasting, any
+/// dtypes; the result is bool (bool with bool stays bool), no gradient.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
 
 /// True when a and b have the same shape and all |a-b| <= atol + rtol*|b|.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
