@@ -49,3 +49,29 @@ TEST_CASE("rand_like errors", "[core][random][errors]") {
                     Contains("dtype must be floating"));
   CHECK_THROWS_WITH(randn_like(Tensor()), Contains("undefined"));
 }
+
+TEST_CASE("bernoulli draws 0/1 with the given probabilities", "[core][random]") {
+  Generator g(7);
+  const Tensor p = full({4, 5000}, 0.0, TensorOptions(DType::f64));
+  Tensor probs = p.clone();
+  // Rows with probabilities 0, 0.2, 0.7 and 1.
+  const std::vector<double> rows{0.0, 0.2, 0.7, 1.0};
+  for (int64_t r = 0; r < 4; ++r) probs.select(0, r).fill_(rows[static_cast<size_t>(r)]);
+  const Tensor b = bernoulli(probs, &g);
+  CHECK(b.dtype() == DType::f64);
+  const Tensor m = mean(b, {1});
+  const std::vector<double> mv = m.to_vector<double>();
+  CHECK(mv[0] == 0.0);
+  CHECK(std::abs(mv[1] - 0.2) < 0.02);
+  CHECK(std::abs(mv[2] - 0.7) < 0.02);
+  CHECK(mv[3] == 1.0);
+  for (double v : b.to_vector<double>()) CHECK((v == 0.0 || v == 1.0));
+  // Same generator state, same draw; scalar p with a tensor's shape.
+  Generator a1(9), a2(9);
+  CHECK(bernoulli(probs, &a1).to_vector<double>() == bernoulli(probs, &a2).to_vector<double>());
+  const Tensor s = bernoulli(zeros({3, 4}, TensorOptions(DType::f32)), 0.5);
+  CHECK(s.shape() == Shape{3, 4});
+  CHECK(s.dtype() == DType::f32);
+  CHECK_THROWS_WITH(bernoulli(probs, 1.5), Contains("p must be in [0, 1]"));
+  CHECK_THROWS_WITH(bernoulli(zeros({2}, TensorOptions(DType::i64))), Contains("floating"));
+}

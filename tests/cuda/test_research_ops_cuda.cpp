@@ -365,6 +365,11 @@ TEST_CASE("rand_like and randn_like on CUDA draw on the device what the CPU draw
       check_close(got.to(Device::cpu()).to(DType::f64), want.to(DType::f64),
                   dt == DType::f64 && normal ? 1e-14 : 0, 0, "values");
     }
+  // bernoulli on the device draws what the CPU draws.
+  Generator g1(8), g2(8);
+  const Tensor probs = rand({50, 40});
+  check_close(bernoulli(probs.to(kCuda), &g1).to(Device::cpu()), bernoulli(probs, &g2), 0, 0,
+              "bernoulli");
   // rand / randn with a CUDA device in the options take the same device path.
   Generator a(5), b(5);
   check_close(randn({1000}, TensorOptions().with_device(kCuda), &a).to(Device::cpu()),

@@ -247,6 +247,11 @@ Tensor randn(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullp
 /// t's device (no host copy; a GPU draw equals the CPU's from the same generator state).
 Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
 Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
+/// 1 with probability p[i], else 0, in p's dtype, device and memory format (p in [0, 1],
+/// floating; drawn on p's device as rand_like(p) < p). No gradient.
+Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);
+/// 1 with probability p, else 0, with t's shape, dtype, device and memory format.
+Tensor bernoulli(const Tensor& t, double p, Generator* gen = nullptr);
 Tensor normal(const Shape& shape, double mean, double std, TensorOptions opts = {},
               Generator* gen = nullptr);
 /// Integers uniform in [low, high), dtype i64 unless opts says otherwise.
