@@ -10,6 +10,11 @@
 // (detached), the per-channel / per-row mean and inverse std, and compute the
 // backward pass in one kernel; 16-bit floats compute in float (acc_t).
 //
+// With oneDNN (src/backend/cpu/dnnl.hpp), training-mode batch_norm of f32/bf16 CPU input runs
+// through it instead, forward and backward, in the input's own layout, with f32 scale, shift
+// and statistics (mean and biased variance saved for the backward) whatever the input's dtype;
+// evaluation mode and f64/f16 keep the kernels below.
+//
 // CUDA tensors: batch_norm runs on cuDNN (inputs that are not 4-d are viewed as 4-d, see
 // as_4d), with f32 (f64) copies of the per-channel tensors where needed; running
 // statistics held in another dtype or layout are updated through a copy written back
@@ -25,6 +30,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "src/backend/cpu/cast.hpp"
+#include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
 
@@ -221,6 +227,53 @@ Tensor batch_norm_cuda(const Tensor& x, MemoryFormat fmt, const Tensor& weight, 
   return y;
 }
 
+// Training-mode batch_norm of a CPU tensor through oneDNN (xc: x dense in format fmt, count:
+// values per channel); an undefined tensor when oneDNN does not take it.
+Tensor batch_norm_dnnl(const Tensor& x, const Tensor& xc, MemoryFormat fmt, const Tensor& weight,
+                       const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
+                       double momentum, double eps, int64_t count) {
+  const int64_t C = x.size(1);
+  const TensorOptions f32(DType::f32);
+  const Tensor scale = weight.defined() ? as_param(weight, DType::f32) : full({C}, 1.0, f32);
+  const Tensor shift = bias.defined() ? as_param(bias, DType::f32) : full({C}, 0.0, f32);
+  Tensor y, mean, var;
+  if (!backend::cpu::dnnl_batch_norm_forward_training(xc, scale, shift, eps, y, mean, var))
+    return Tensor();
+  if (running_mean.defined() && running_var.defined()) {
+    const std::vector<double> m = values(mean), v = values(var);
+    std::vector<double> rm = values(running_mean), rv = values(running_var);
+    const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+    for (int64_t c = 0; c < C; ++c) {
+      rm[c] = (1.0 - momentum) * rm[c] + momentum * m[c];
+      rv[c] = (1.0 - momentum) * rv[c] + momentum * v[c] * unbias;
+    }
+    NoGradGuard ng;
+    Tensor rmt = running_mean, rvt = running_var;
+    rmt.copy_(vector_tensor(rm, DType::f64));
+    rvt.copy_(vector_tensor(rv, DType::f64));
+  }
+  autograd::record(
+      "batch_norm", {x, weight, bias}, {y},
+      [xc, fmt, scale, mean, var, eps, rx = x.requires_grad(),
+       wdt = weight.defined() ? weight.dtype() : DType::f32,
+       bdt = bias.defined() ? bias.dtype() : DType::f32](const std::vector<Tensor>& g) {
+        Tensor gy = g[0].to(xc.dtype()).contiguous(fmt);
+        if (gy.strides() != xc.strides()) {  // size-1 dims may carry other strides
+          Tensor t = empty_strided(xc.shape(), xc.strides(), xc.options());
+          t.copy_(gy);
+          gy = t;
+        }
+        Tensor gx, gscale, gshift;
+        DLTRAIN_CHECK(backend::cpu::dnnl_batch_norm_backward(xc, gy, scale, mean, var, eps, gx,
+                                                             gscale, gshift),
+                      "batch_norm backward: oneDNN took the forward of input ",
+                      shape_str(xc.shape()),
+                      " but has no backward for it; DLTRAIN_DNNL=0 uses the built-in path");
+        return std::vector<Tensor>{rx ? gx : Tensor(), gscale.to(wdt), gshift.to(bdt)};
+      });
+  return y;
+}
+
 // layer_norm of a CUDA tensor (arguments checked by layer_norm).
 Tensor layer_norm_cuda(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                        const Tensor& bias, double eps, int64_t D, int64_t R) {
@@ -288,6 +341,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
     return batch_norm_cuda(x, fmt, weight, bias, running_mean, running_var, training, momentum,
                            eps);
   Tensor xc = x.detach().contiguous(fmt);
+  if (training && backend::cpu::dnnl_available())
+    if (Tensor y = batch_norm_dnnl(x, xc, fmt, weight, bias, running_mean, running_var, momentum,
+                                   eps, count);
+        y.defined())
+      return y;
   if (channels_last) {
     L.interleaved = true;
     L.N = x.size(0) * x.size(2) * x.size(3);

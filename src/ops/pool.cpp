@@ -10,12 +10,20 @@
 // h*W + w positions inside each plane. 3-d [C, H, W] inputs are accepted and
 // treated as one image. The backward kernels are not themselves recorded.
 //
+// With oneDNN (src/backend/cpu/dnnl.hpp), f32/bf16 max_pool2d (without indices, no dilation),
+// avg_pool2d and the adaptive average pools that are plain average pools (sizes divisible) run
+// through it in the input's own layout: no channels-last round trip and no upcast copy.
+// oneDNN's max does not propagate NaN, so an input holding one takes the own kernels; oneDNN's
+// include-pad divisor is the whole kernel, so average pools whose windows reach past the
+// padding (ceil mode) take them too. Ties pick the first maximum in window order, as here.
+//
 // CUDA tensors run the kernels of the dnn family (backend::cuda::*_pool2d_*) on x as laid
 // out, with the output in x's memory format and the same window rules; max_pool2d keeps a
 // one-byte in-window index per output for its backward (max_pool2d_with_indices returns the
 // int64 flat indices, as on the CPU).
 #include "dltrain/ops/pool.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -23,6 +31,7 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/ops/common.hpp"
 
@@ -472,6 +481,72 @@ Tensor avg_like_backward(Kind kind, const Tensor& gy0, const PoolShape& s, bool 
   return finish(gx, dt, fmt);
 }
 
+// --- oneDNN --------------------------------------------------------------------------
+
+// True when the dense f32/bf16 tensor holds a NaN (a read-only pass, split over the pool).
+bool has_nan(const Tensor& t) {
+  std::atomic<bool> found{false};
+  const int64_t n = t.numel();
+  auto scan = [&]<class U>(const U* p, auto is_nan) {
+    parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) {
+      bool any = false;
+      for (int64_t i = b; i < e; ++i) any |= is_nan(p[i]);
+      if (any) found = true;
+    });
+  };
+  if (t.dtype() == DType::f32)
+    scan(static_cast<const float*>(t.data_ptr()), [](float v) { return v != v; });
+  else
+    scan(static_cast<const uint16_t*>(t.data_ptr()),
+         [](uint16_t v) { return (v & 0x7fff) > 0x7f80; });
+  return found;
+}
+
+backend::cpu::DnnlPoolShape dnnl_shape(const PoolShape& s, MemoryFormat fmt) {
+  return {s.N,
+          s.C,
+          s.H,
+          s.W,
+          s.Ho,
+          s.Wo,
+          s.k.h,
+          s.k.w,
+          s.s.h,
+          s.s.w,
+          s.p.h,
+          s.p.w,
+          fmt == MemoryFormat::ChannelsLast};
+}
+
+// Pooling through oneDNN, or an undefined tensor when it does not take this case.
+Tensor pool_dnnl(const char* op, const Tensor& x, const PoolShape& s, backend::cpu::DnnlPool kind) {
+  using backend::cpu::DnnlPool;
+  if (!backend::cpu::dnnl_available() || s.d != Int2(1)) return Tensor();
+  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return Tensor();
+  const MemoryFormat fmt = x.suggest_memory_format();
+  const Tensor xc = x.detach().contiguous(fmt);
+  if (kind == DnnlPool::Max && has_nan(xc)) return Tensor();
+  const backend::cpu::DnnlPoolShape d = dnnl_shape(s, fmt);
+  Tensor y, ws;
+  if (!backend::cpu::dnnl_pool2d_forward(xc, d, kind, y, ws)) return Tensor();
+  autograd::record(op, {x}, {y}, [d, kind, ws, dt = x.dtype(), fmt](const std::vector<Tensor>& g) {
+    const Tensor gy = g[0].to(dt).contiguous(fmt);
+    Tensor gx;
+    DLTRAIN_CHECK(backend::cpu::dnnl_pool2d_backward(gy, d, kind, ws, gx),
+                  "pooling backward: oneDNN took the forward but has no backward for input [", d.N,
+                  ", ", d.C, ", ", d.H, ", ", d.W, "]; DLTRAIN_DNNL=0 uses the built-in path");
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+// oneDNN divides include-pad averages by the whole kernel; dltrain (as PyTorch) by the window
+// clipped to input + padding. They agree when no window reaches past the padding.
+bool windows_inside_padding(const PoolShape& s) {
+  return (s.Ho - 1) * s.s.h + s.k.h <= s.H + 2 * s.p.h &&
+         (s.Wo - 1) * s.s.w + s.k.w <= s.W + 2 * s.p.w;
+}
+
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
@@ -517,6 +592,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
   const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
   if (x.device().is_cuda()) return max_pool_cuda(x, s, false).first;
+  if (Tensor y = pool_dnnl("max_pool2d", x, s, backend::cpu::DnnlPool::Max); y.defined()) return y;
   if (!is_k2s2(s))
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
   const DType dt = x.dtype(), ct = compute_type(dt);
@@ -554,6 +630,11 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
         .squeeze(0);
   const PoolShape s = window_shape("avg_pool2d", x, kernel, stride, padding, 1, ceil_mode);
   if (x.device().is_cuda()) return avg_pool_cuda(x, s, count_include_pad);
+  if (!count_include_pad || windows_inside_padding(s)) {
+    const auto kind = count_include_pad ? backend::cpu::DnnlPool::AvgIncludePad
+                                        : backend::cpu::DnnlPool::AvgExcludePad;
+    if (Tensor y = pool_dnnl("avg_pool2d", x, s, kind); y.defined()) return y;
+  }
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xc = prepared(x, ct);
@@ -582,6 +663,14 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   const PoolShape s{x.size(0),     x.size(1), x.size(2), x.size(3), output_size.h,
                     output_size.w, 1,         1,         0,         1};
   if (x.device().is_cuda()) return adaptive_avg_pool_cuda(x, s);
+  if (s.H % s.Ho == 0 && s.W % s.Wo == 0) {  // a plain average pool: kernel = stride = In / Out
+    const PoolShape a{
+        s.N, s.C, s.H, s.W, s.Ho, s.Wo, Int2(s.H / s.Ho, s.W / s.Wo), Int2(s.H / s.Ho, s.W / s.Wo),
+        0,   1};
+    if (Tensor y = pool_dnnl("adaptive_avg_pool2d", x, a, backend::cpu::DnnlPool::AvgExcludePad);
+        y.defined())
+      return y;
+  }
   const DType dt = x.dtype(), ct = compute_type(dt);
   const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xc = prepared(x, ct);

@@ -50,17 +50,21 @@ bool dnnl_batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& s
                               const Tensor& mean, const Tensor& var, double eps, Tensor& gx,
                               Tensor& gscale, Tensor& gshift);
 
-/// Geometry of one 2-d pooling (no dilation). pad_r/pad_b may exceed ph/pw (ceil mode).
+/// Geometry and layout of one 2-d pooling (no dilation; the right/bottom padding follows from
+/// the sizes and may exceed ph/pw in ceil mode). The layout is given, not read from strides:
+/// a [N, C, 1, 1] gradient's strides do not say which one it is.
 struct DnnlPoolShape {
   int64_t N, C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
+  bool channels_last;
 };
 enum class DnnlPool { Max, AvgIncludePad, AvgExcludePad };
 
-/// Pooling forward of x (dense nchw/nhwc, f32 or bf16): y in x's layout; for Max, `ws` gets
-/// the workspace the backward needs (a u8 tensor of oneDNN's size).
+/// Pooling forward of x (f32 or bf16, dense in s's layout): y in that layout; for Max, `ws` gets
+/// the workspace the backward needs (a u8 tensor of oneDNN's size). Taken only when the
+/// backward is too.
 bool dnnl_pool2d_forward(const Tensor& x, const DnnlPoolShape& s, DnnlPool kind, Tensor& y,
                          Tensor& ws);
-/// Its backward: gx (layout and dtype of gy, which must be laid out like the forward's y).
+/// Its backward: gx in s's layout and gy's dtype (gy dense in s's layout).
 bool dnnl_pool2d_backward(const Tensor& gy, const DnnlPoolShape& s, DnnlPool kind, const Tensor& ws,
                           Tensor& gx);
 

@@ -1,4 +1,5 @@
-// Builds without oneDNN: the convolution ops keep their im2col + Eigen path.
+// Builds without oneDNN: convolution keeps its im2col + Eigen path, batch norm and pooling
+// their own kernels (the bool functions answer "not taken").
 #include "dltrain/backend/cpu.hpp"
 #include "dltrain/core/error.hpp"
 #include "src/backend/cpu/dnnl.hpp"
@@ -14,6 +15,21 @@ Tensor dnnl_conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const Dn
 void dnnl_conv2d_backward(const Tensor&, const Tensor&, const Tensor&, const DnnlConvShape&,
                           Tensor*, Tensor*, Tensor*) {
   DLTRAIN_FAIL("conv2d: this dltrain was built without oneDNN (DLTRAIN_DNNL)");
+}
+
+bool dnnl_batch_norm_forward_training(const Tensor&, const Tensor&, const Tensor&, double, Tensor&,
+                                      Tensor&, Tensor&) {
+  return false;
+}
+bool dnnl_batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const Tensor&, double, Tensor&, Tensor&, Tensor&) {
+  return false;
+}
+bool dnnl_pool2d_forward(const Tensor&, const DnnlPoolShape&, DnnlPool, Tensor&, Tensor&) {
+  return false;
+}
+bool dnnl_pool2d_backward(const Tensor&, const DnnlPoolShape&, DnnlPool, const Tensor&, Tensor&) {
+  return false;
 }
 
 }  // namespace dltrain::backend::cpu
