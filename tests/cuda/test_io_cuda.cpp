@@ -55,7 +55,7 @@ Run make_run() {
       r.model->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
   return r;
 }
-void train(Run& r, int steps) {
+void train_steps(Run& r, int steps) {
   Generator g(11);
   const Tensor x = randn({6, 3, 9, 9}, {}, &g).to(Device::cuda(0));
   const Tensor y = randint(0, 4, {6}, DType::i64, &g).to(Device::cuda(0));
@@ -74,15 +74,15 @@ TEST_CASE("a GPU model resumes from a checkpoint exactly (or its weights via saf
       (std::filesystem::temp_directory_path() / ("dltrain_cuda_ckpt_" + std::to_string(::getpid())))
           .string();
   Run straight = make_run();
-  train(straight, 4);
+  train_steps(straight, 4);
   Run first = make_run();
-  train(first, 2);
+  train_steps(first, 2);
   if (io::hdf5_supported()) {
     io::save_checkpoint(base + ".h5", *first.model, first.opt.get(), nullptr, {0, 2, 2});
     Run resumed = make_run();  // fresh weights, then the checkpoint's
     io::load_checkpoint(base + ".h5", *resumed.model, resumed.opt.get(), nullptr);
     std::filesystem::remove(base + ".h5");
-    train(resumed, 2);
+    train_steps(resumed, 2);
     const StateDict a = straight.model->state_dict(), b = resumed.model->state_dict();
     for (const auto& [name, t] : a.items()) {
       INFO(name);
