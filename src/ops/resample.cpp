@@ -79,6 +79,36 @@ void upsample_forward_cpu(const Tensor& x, const Tensor& y, const cu::Upsample2d
   const T* xp = static_cast<const T*>(x.data_ptr());
   T* yp = static_cast<T*>(y.data_ptr());
   const int64_t sn = x.stride(0), sc = x.stride(1), sh = x.stride(2), sw = x.stride(3);
+  if (cl) {  // one output row (n, oh) per work item, channels innermost: unit stride in NHWC
+    parallel_for(0, p.N * p.Ho, 1, [&](int64_t b, int64_t e) {
+      for (int64_t nh = b; nh < e; ++nh) {
+        const int64_t n = nh / p.Ho, oh = nh % p.Ho;
+        const size_t kh = static_cast<size_t>(oh);
+        const T* r0 = xp + n * sn + th.i0[kh] * sh;
+        const T* r1 = xp + n * sn + th.i1[kh] * sh;
+        const A a1 = static_cast<A>(th.l1[kh]), a0 = A(1) - a1;
+        T* dst = yp + nh * p.Wo * p.C;
+        for (int64_t ow = 0; ow < p.Wo; ++ow) {
+          const size_t kw = static_cast<size_t>(ow);
+          const T* p00 = r0 + tw.i0[kw] * sw;
+          const T* p01 = r0 + tw.i1[kw] * sw;
+          const T* p10 = r1 + tw.i0[kw] * sw;
+          const T* p11 = r1 + tw.i1[kw] * sw;
+          const A b1 = static_cast<A>(tw.l1[kw]), b0 = A(1) - b1;
+          T* out = dst + ow * p.C;
+          if (!p.bilinear) {
+            for (int64_t c = 0; c < p.C; ++c) out[c] = p00[c * sc];
+            continue;
+          }
+          for (int64_t c = 0; c < p.C; ++c)
+            out[c] = static_cast<T>(
+                a0 * (b0 * static_cast<A>(p00[c * sc]) + b1 * static_cast<A>(p01[c * sc])) +
+                a1 * (b0 * static_cast<A>(p10[c * sc]) + b1 * static_cast<A>(p11[c * sc])));
+        }
+      }
+    });
+    return;
+  }
   const DenseGeo d = dense_geo(p.C, p.Ho, p.Wo, cl);
   parallel_for(0, p.N * p.C, 1, [&](int64_t b, int64_t e) {
     for (int64_t nc = b; nc < e; ++nc) {
@@ -115,6 +145,41 @@ void upsample_backward_cpu(const Tensor& gy, const Tensor& acc, const cu::Upsamp
   const T* gp = static_cast<const T*>(gy.data_ptr());
   A* ap = static_cast<A*>(acc.data_ptr());
   const int64_t sn = gy.stride(0), sc = gy.stride(1), sh = gy.stride(2), sw = gy.stride(3);
+  if (cl) {  // one image per work item (its scatter never meets another's), channels innermost
+    parallel_for(0, p.N, 1, [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n) {
+        A* img = ap + n * p.H * p.W * p.C;
+        for (int64_t oh = 0; oh < p.Ho; ++oh) {
+          const size_t kh = static_cast<size_t>(oh);
+          A* r0 = img + th.i0[kh] * p.W * p.C;
+          A* r1 = img + th.i1[kh] * p.W * p.C;
+          const A a1 = static_cast<A>(th.l1[kh]), a0 = A(1) - a1;
+          for (int64_t ow = 0; ow < p.Wo; ++ow) {
+            const size_t kw = static_cast<size_t>(ow);
+            const T* g = gp + n * sn + oh * sh + ow * sw;
+            A* q00 = r0 + tw.i0[kw] * p.C;
+            A* q01 = r0 + tw.i1[kw] * p.C;
+            A* q10 = r1 + tw.i0[kw] * p.C;
+            A* q11 = r1 + tw.i1[kw] * p.C;
+            if (!p.bilinear) {
+              for (int64_t c = 0; c < p.C; ++c) q00[c] += static_cast<A>(g[c * sc]);
+              continue;
+            }
+            const A b1 = static_cast<A>(tw.l1[kw]), b0 = A(1) - b1;
+            const A w00 = a0 * b0, w01 = a0 * b1, w10 = a1 * b0, w11 = a1 * b1;
+            for (int64_t c = 0; c < p.C; ++c) {
+              const A v = static_cast<A>(g[c * sc]);
+              q00[c] += w00 * v;
+              q01[c] += w01 * v;
+              q10[c] += w10 * v;
+              q11[c] += w11 * v;
+            }
+          }
+        }
+      }
+    });
+    return;
+  }
   const DenseGeo d = dense_geo(p.C, p.H, p.W, cl);
   parallel_for(0, p.N * p.C, 1, [&](int64_t b, int64_t e) {
     for (int64_t nc = b; nc < e; ++nc) {
