@@ -1,14 +1,19 @@
-// group_norm and instance_norm, composed from reductions and elementwise ops (so they run on
-// every device and differentiate through those ops), with PyTorch's semantics: biased
+// group_norm and instance_norm with PyTorch's semantics. On the CPU group_norm is one kernel
+// each way (below: per (sample, group) statistics in double, one pass writing the output; the
+// standard backward with per-(sample, channel) partial sums for the parameter gradients); on
+// CUDA it is composed from reductions and elementwise ops (a fused kernel is the follow-up).
+// instance_norm is group_norm with one channel per group. Semantics: biased
 // variance for normalising, eps inside the square root, per-channel affine after; instance
 // norm's running statistics (when given) are updated with the batch mean of the per-instance
 // means and unbiased variances, as torch's instance_norm (batch_norm on a [1, N*C, ...] view)
 // does. 16-bit inputs compute in f32 (statistics and affine) and round once; the output has
-// the input's dtype and memory format. A fused kernel (one pass for the statistics, one for the
-// output) is the follow-up if profiles show these layers.
+// the input's dtype and memory format.
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/norm.hpp"
 #include "dltrain/ops/reduction.hpp"
@@ -41,6 +46,130 @@ MemoryFormat format_of(const Tensor& x) {
   return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::Contiguous;
 }
 
+// The CPU kernels: x contiguous [N, C, S] in T (float or double), one (n, group) of
+// D = C/G * S elements per work item; sums in double. mean/rstd [N*G] are written by forward
+// and read by backward. w, b may be null (no affine).
+template <class T>
+void gn_forward_cpu(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out,
+                    int64_t N, int64_t C, int64_t S, int64_t G, double eps) {
+  const int64_t Cg = C / G, D = Cg * S;
+  parallel_for(0, N * G, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t ng = lo; ng < hi; ++ng) {
+      const T* p = x + ng * D;
+      double s = 0;
+      for (int64_t i = 0; i < D; ++i) s += p[i];
+      const double mu = D > 0 ? s / static_cast<double>(D) : 0.0;
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) ss += (p[i] - mu) * (p[i] - mu);
+      const double r = 1.0 / std::sqrt((D > 0 ? ss / static_cast<double>(D) : 0.0) + eps);
+      mean_out[ng] = mu;
+      rstd_out[ng] = r;
+      const int64_t c0 = (ng % G) * Cg;
+      for (int64_t c = 0; c < Cg; ++c) {
+        const T sc = static_cast<T>(r * (w ? static_cast<double>(w[c0 + c]) : 1.0));
+        const T sh = static_cast<T>((b ? static_cast<double>(b[c0 + c]) : 0.0) -
+                                    mu * static_cast<double>(sc));
+        const T* pc = p + c * S;
+        T* yc = y + ng * D + c * S;
+        for (int64_t i = 0; i < S; ++i) yc[i] = pc[i] * sc + sh;
+      }
+    }
+  });
+}
+
+// gx (may be null), and per-(n, c) partial sums of gy * xhat and gy into pw, pb [N*C] (null
+// when not needed).
+template <class T>
+void gn_backward_cpu(const T* x, const T* w, const T* gy, const double* mean, const double* rstd,
+                     T* gx, double* pw, double* pb, int64_t N, int64_t C, int64_t S, int64_t G) {
+  const int64_t Cg = C / G, D = Cg * S;
+  parallel_for(0, N * G, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t ng = lo; ng < hi; ++ng) {
+      const int64_t n = ng / G, c0 = (ng % G) * Cg;
+      const double mu = mean[ng], r = rstd[ng];
+      double s1 = 0, s2 = 0;  // sum of gxhat and of gxhat * xhat over the group
+      for (int64_t c = 0; c < Cg; ++c) {
+        const T* xc = x + ng * D + c * S;
+        const T* gc = gy + ng * D + c * S;
+        const double wc = w ? static_cast<double>(w[c0 + c]) : 1.0;
+        double sg = 0, sgx = 0;
+        for (int64_t i = 0; i < S; ++i) {
+          const double xh = (xc[i] - mu) * r;
+          sg += gc[i];
+          sgx += gc[i] * xh;
+        }
+        if (pw) pw[n * C + c0 + c] = sgx;
+        if (pb) pb[n * C + c0 + c] = sg;
+        s1 += wc * sg;
+        s2 += wc * sgx;
+      }
+      if (!gx) continue;
+      const double m1 = s1 / static_cast<double>(D), m2 = s2 / static_cast<double>(D);
+      for (int64_t c = 0; c < Cg; ++c) {
+        const T* xc = x + ng * D + c * S;
+        const T* gc = gy + ng * D + c * S;
+        T* oc = gx + ng * D + c * S;
+        const double wc = w ? static_cast<double>(w[c0 + c]) : 1.0;
+        for (int64_t i = 0; i < S; ++i) {
+          const double xh = (xc[i] - mu) * r;
+          oc[i] = static_cast<T>(r * (wc * gc[i] - m1 - xh * m2));
+        }
+      }
+    }
+  });
+}
+
+// group_norm of a CPU tensor through the kernels above, with its node.
+Tensor group_norm_cpu(const Tensor& x, int64_t G, const Tensor& weight, const Tensor& bias,
+                      double eps) {
+  const DType dt = x.dtype();
+  const DType ct = dt == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t N = x.size(0), C = x.size(1), S = N * C > 0 ? x.numel() / (N * C) : 0;
+  const Tensor xc = x.detach().to(ct).contiguous();
+  const Tensor wc = weight.defined() ? weight.detach().to(ct).contiguous() : Tensor();
+  const Tensor bc = bias.defined() ? bias.detach().to(ct).contiguous() : Tensor();
+  Tensor y = empty(x.shape(), TensorOptions(ct));
+  Tensor mean = empty({N * G}, TensorOptions(DType::f64));
+  Tensor rstd = empty({N * G}, TensorOptions(DType::f64));
+  dispatch_floating(ct, "group_norm", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      gn_forward_cpu<T>(xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr,
+                        bc.defined() ? bc.data<T>() : nullptr, y.data<T>(), mean.data<double>(),
+                        rstd.data<double>(), N, C, S, G, eps);
+  });
+  const MemoryFormat fmt = format_of(x);
+  if (ct != dt) y = y.to(dt);
+  if (fmt != MemoryFormat::Contiguous) y = y.contiguous(fmt);
+  const bool rx = x.requires_grad(), rw = weight.defined() && weight.requires_grad(),
+             rb = bias.defined() && bias.requires_grad();
+  autograd::record(
+      "group_norm", {x, weight, bias}, {y},
+      [xc, wc, mean, rstd, N, C, S, G, dt, ct, fmt, wdt = weight.defined() ? weight.dtype() : dt,
+       bdt = bias.defined() ? bias.dtype() : dt, rx, rw, rb](const std::vector<Tensor>& g) {
+        const Tensor gy = g[0].to(ct).contiguous();
+        Tensor gx, pw, pb;
+        if (rx) gx = empty({N, C, S}, TensorOptions(ct));
+        if (rw) pw = empty({N, C}, TensorOptions(DType::f64));
+        if (rb) pb = empty({N, C}, TensorOptions(DType::f64));
+        dispatch_floating(ct, "group_norm_backward", [&]<class T>() {
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+            gn_backward_cpu<T>(xc.data<T>(), wc.defined() ? wc.data<T>() : nullptr, gy.data<T>(),
+                               mean.data<double>(), rstd.data<double>(),
+                               rx ? gx.data<T>() : nullptr, rw ? pw.data<double>() : nullptr,
+                               rb ? pb.data<double>() : nullptr, N, C, S, G);
+        });
+        Tensor gxo, gwo, gbo;
+        if (rx) {
+          gxo = gx.view(xc.shape()).to(dt);
+          if (fmt != MemoryFormat::Contiguous) gxo = gxo.contiguous(fmt);
+        }
+        if (rw) gwo = sum(pw, {0}).to(wdt);
+        if (rb) gbo = sum(pb, {0}).to(bdt);
+        return std::vector<Tensor>{gxo, gwo, gbo};
+      });
+  return y;
+}
+
 }  // namespace
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
@@ -59,6 +188,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
                 shape_str(x.shape()), " are not divisible by num_groups (", num_groups, ")");
   check_affine(op, weight, "weight", C);
   check_affine(op, bias, "bias", C);
+  if (x.device().is_cpu()) return group_norm_cpu(x, num_groups, weight, bias, eps);
   const DType dt = x.dtype();
   const bool low = dt == DType::f16 || dt == DType::bf16;
   const Tensor xc = low ? x.to(DType::f32) : x;
