@@ -524,9 +524,10 @@ Tensor pool_dnnl(const char* op, const Tensor& x, const PoolShape& s, backend::c
   if (!backend::cpu::dnnl_available() || s.d != Int2(1)) return Tensor();
   if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return Tensor();
   const MemoryFormat fmt = x.suggest_memory_format();
+  const backend::cpu::DnnlPoolShape d = dnnl_shape(s, fmt);
+  if (!backend::cpu::dnnl_pool2d_supported(d, kind, x.dtype())) return Tensor();
   const Tensor xc = x.detach().contiguous(fmt);
   if (kind == DnnlPool::Max && has_nan(xc)) return Tensor();
-  const backend::cpu::DnnlPoolShape d = dnnl_shape(s, fmt);
   Tensor y, ws;
   if (!backend::cpu::dnnl_pool2d_forward(xc, d, kind, y, ws)) return Tensor();
   autograd::record(op, {x}, {y}, [d, kind, ws, dt = x.dtype(), fmt](const std::vector<Tensor>& g) {

@@ -485,6 +485,11 @@ bool is_dense(const Tensor& t, bool cl) {
 
 }  // namespace
 
+bool dnnl_pool2d_supported(const DnnlPoolShape& s, DnnlPool kind, DType dt) {
+  if (dt != DType::f32 && dt != DType::bf16) return false;
+  return pool_forward(s, kind, dt, s.channels_last) && pool_backward(s, kind, dt, s.channels_last);
+}
+
 bool dnnl_pool2d_forward(const Tensor& x, const DnnlPoolShape& s, DnnlPool kind, Tensor& y,
                          Tensor& ws) {
   if (!bn_dtype_ok(x)) return false;

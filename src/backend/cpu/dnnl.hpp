@@ -59,6 +59,8 @@ struct DnnlPoolShape {
 };
 enum class DnnlPool { Max, AvgIncludePad, AvgExcludePad };
 
+/// True when oneDNN takes this pooling (forward and backward) for dtype dt.
+bool dnnl_pool2d_supported(const DnnlPoolShape& s, DnnlPool kind, DType dt);
 /// Pooling forward of x (f32 or bf16, dense in s's layout): y in that layout; for Max, `ws` gets
 /// the workspace the backward needs (a u8 tensor of oneDNN's size). Taken only when the
 /// backward is too.

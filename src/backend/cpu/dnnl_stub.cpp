@@ -25,6 +25,7 @@ bool dnnl_batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const
                               const Tensor&, double, Tensor&, Tensor&, Tensor&) {
   return false;
 }
+bool dnnl_pool2d_supported(const DnnlPoolShape&, DnnlPool, DType) { return false; }
 bool dnnl_pool2d_forward(const Tensor&, const DnnlPoolShape&, DnnlPool, Tensor&, Tensor&) {
   return false;
 }
