@@ -4,6 +4,9 @@
 // vector; errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "dltrain/dltrain.hpp"
 
 using namespace dltrain;
@@ -74,4 +77,43 @@ TEST_CASE("bernoulli draws 0/1 with the given probabilities", "[core][random]") 
   CHECK(s.dtype() == DType::f32);
   CHECK_THROWS_WITH(bernoulli(probs, 1.5), Contains("p must be in [0, 1]"));
   CHECK_THROWS_WITH(bernoulli(zeros({2}, TensorOptions(DType::i64))), Contains("floating"));
+}
+
+TEST_CASE("multinomial draws categories by weight", "[core][random]") {
+  Generator g(13);
+  const Tensor p = from_vector(std::vector<double>{1, 2, 3, 4, 0});  // unnormalised, one zero
+  const Tensor s = multinomial(p, 20000, true, &g);
+  CHECK(s.shape() == Shape{20000});
+  CHECK(s.dtype() == DType::i64);
+  std::vector<int64_t> counts(5, 0);
+  for (int64_t v : s.to_vector<int64_t>()) {
+    REQUIRE((v >= 0 && v < 5));
+    ++counts[static_cast<size_t>(v)];
+  }
+  CHECK(counts[4] == 0);
+  for (int k = 0; k < 4; ++k) CHECK(std::abs(counts[k] / 20000.0 - (k + 1) / 10.0) < 0.015);
+  // Without replacement: distinct indices per row, never a zero-weight category; n == number
+  // of non-zero categories gives a permutation of them.
+  const Tensor rows = from_vector(std::vector<float>{1, 0, 2, 3, 5, 1, 1, 0}, {2, 4});
+  const Tensor w = multinomial(rows, 3, false, &g);
+  CHECK(w.shape() == Shape{2, 3});
+  const std::vector<int64_t> wv = w.to_vector<int64_t>();
+  std::vector<int64_t> r0(wv.begin(), wv.begin() + 3), r1(wv.begin() + 3, wv.end());
+  std::sort(r0.begin(), r0.end());
+  std::sort(r1.begin(), r1.end());
+  CHECK(r0 == std::vector<int64_t>{0, 2, 3});
+  CHECK(r1 == std::vector<int64_t>{0, 1, 2});
+  // The same generator state draws the same indices.
+  Generator a(5), b(5);
+  CHECK(multinomial(rows, 2, false, &a).to_vector<int64_t>() ==
+        multinomial(rows, 2, false, &b).to_vector<int64_t>());
+  CHECK(a.offset() == b.offset());
+  CHECK_THROWS_WITH(multinomial(p, 6), Contains("cannot draw 6 samples without replacement"));
+  CHECK_THROWS_WITH(multinomial(p, 5), Contains("only 4 non-zero categories"));
+  CHECK_THROWS_WITH(multinomial(from_vector(std::vector<double>{1, -1}), 1),
+                    Contains("must be finite and non-negative"));
+  CHECK_THROWS_WITH(multinomial(zeros({2, 3}, TensorOptions(DType::f64)), 1, true),
+                    Contains("sums to zero"));
+  CHECK_THROWS_WITH(multinomial(zeros({2}, TensorOptions(DType::i64)), 1),
+                    Contains("must be a floating"));
 }

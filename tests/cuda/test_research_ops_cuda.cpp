@@ -370,6 +370,17 @@ TEST_CASE("rand_like and randn_like on CUDA draw on the device what the CPU draw
   const Tensor probs = rand({50, 40});
   check_close(bernoulli(probs.to(kCuda), &g1).to(Device::cpu()), bernoulli(probs, &g2), 0, 0,
               "bernoulli");
+  // multinomial on the device draws the CPU's indices, with and without replacement.
+  const Tensor weights = add(rand({6, 30}), 0.01);
+  for (bool replacement : {false, true})
+    for (DType dt : {DType::f32, DType::f64, DType::f16}) {
+      Generator m1(4), m2(4);
+      const Tensor pw = weights.to(dt);
+      check_close(multinomial(pw.to(kCuda), 12, replacement, &m1).to(Device::cpu()),
+                  multinomial(pw, 12, replacement, &m2), 0, 0,
+                  std::string("multinomial ") + dt_str(dt) + (replacement ? " with" : " without") +
+                      " replacement");
+    }
   // rand / randn with a CUDA device in the options take the same device path.
   Generator a(5), b(5);
   check_close(randn({1000}, TensorOptions().with_device(kCuda), &a).to(Device::cpu()),

@@ -252,6 +252,12 @@ Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
 Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);
 /// 1 with probability p, else 0, with t's shape, dtype, device and memory format.
 Tensor bernoulli(const Tensor& t, double p, Generator* gen = nullptr);
+/// num_samples category indices (i64) per row of probs [K] or [R, K] (non-negative weights,
+/// not necessarily normalised), drawn on probs' device: without replacement (PyTorch's
+/// default) each category at most once per row. Output [num_samples] or [R, num_samples].
+/// The weights are checked (finite, >= 0, enough non-zero categories) on the CPU only.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* gen = nullptr);
 Tensor normal(const Shape& shape, double mean, double std, TensorOptions opts = {},
               Generator* gen = nullptr);
 /// Integers uniform in [low, high), dtype i64 unless opts says otherwise.

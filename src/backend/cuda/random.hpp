@@ -17,4 +17,11 @@ enum class RandomKind { Uniform, Normal };
 void random_fill(const Tensor& out, RandomKind kind, double a, double b, uint64_t seed,
                  uint64_t base);
 
+/// multinomial: out [R, n] (contiguous i64) from probs [R, K] (floating, any strides), one
+/// thread per row running src/ops/multinomial_row.hpp with the generator state (seed, base);
+/// taken [R, K] (u8, zero-filled) is the without-replacement scratch (undefined with
+/// replacement).
+void multinomial(const Tensor& out, const Tensor& probs, bool replacement, uint64_t seed,
+                 uint64_t base, const Tensor& taken);
+
 }  // namespace dltrain::backend::cuda

@@ -8,4 +8,8 @@ void random_fill(const Tensor&, RandomKind, double, double, uint64_t, uint64_t) 
   unavailable("drawing random numbers on a CUDA device");
 }
 
+void multinomial(const Tensor&, const Tensor&, bool, uint64_t, uint64_t, const Tensor&) {
+  unavailable("multinomial on a CUDA device");
+}
+
 }  // namespace dltrain::backend::cuda
