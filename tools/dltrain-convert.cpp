@@ -3,7 +3,7 @@
 //
 //   dltrain-convert list FILE
 //   dltrain-convert convert IN OUT [--section model|optimizer|scheduler]
-//   dltrain-convert compare A B [--rtol X] [--atol X]
+//   dltrain-convert compare A B [--rtol X] [--atol X] [--section model|optimizer|scheduler]
 //
 // Input formats are recognised by their content (io::detect_file_format), never by their
 // name: a checkpoint named x.safetensors is read as a checkpoint, with a note saying so, and a
@@ -145,8 +145,9 @@ int convert(const std::string& in, const std::string& out, const std::string& se
   return 0;
 }
 
-int compare(const std::string& a_path, const std::string& b_path, double rtol, double atol) {
-  StateDict a = load_any(a_path, "model"), b = load_any(b_path, "model");
+int compare(const std::string& a_path, const std::string& b_path, const std::string& section,
+            double rtol, double atol) {
+  StateDict a = load_any(a_path, section), b = load_any(b_path, section);
   int problems = 0;
   for (const auto& [name, ta] : a) {
     if (!b.contains(name)) {
@@ -188,7 +189,7 @@ int compare(const std::string& a_path, const std::string& b_path, double rtol, d
   std::fprintf(stderr,
                "usage: dltrain-convert list FILE\n"
                "       dltrain-convert convert IN OUT [--section model|optimizer|scheduler]\n"
-               "       dltrain-convert compare A B [--rtol X] [--atol X]\n"
+               "       dltrain-convert compare A B [--rtol X] [--atol X] [--section S]\n"
                "formats: .pth (torch.save state dict, read only), .safetensors, .h5 (dltrain "
                "checkpoint)\n");
   std::exit(2);
@@ -221,7 +222,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "list" && pos.size() == 1) return list(pos[0]);
     if (cmd == "convert" && pos.size() == 2) return convert(pos[0], pos[1], section);
-    if (cmd == "compare" && pos.size() == 2) return compare(pos[0], pos[1], rtol, atol);
+    if (cmd == "compare" && pos.size() == 2) return compare(pos[0], pos[1], section, rtol, atol);
   } catch (const Error& e) {
     std::fprintf(stderr, "dltrain-convert: error: %s\n", e.what());
     return 2;

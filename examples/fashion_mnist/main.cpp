@@ -15,12 +15,17 @@
 // On a GPU the chronometer synchronises the device at its marks (as the course's does) so
 // each phase is charged its own GPU time, and the peak device memory is reported. --amp runs
 // the forward pass under autocast (f16 with a GradScaler on a GPU, bf16 on the CPU).
+// With --checkpoint, SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel) saves
+// the state at the next step boundary and exits with status 75 (train::kExitRequeue) for the job
+// script to requeue; the requeued run resumes bit for bit with --resume.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +35,7 @@
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "dltrain/train/preemption.hpp"
 #include "examples/common/example_util.hpp"
 
 using namespace dltrain;
@@ -219,6 +225,13 @@ int main(int argc, char** argv) {
                   static_cast<long long>(epoch + 1), static_cast<long long>(batch),
                   static_cast<long long>(step));
     };
+    // Slurm's wall-time warning (`--signal=USR1@T`) and preemption or scancel (SIGTERM): the
+    // state is saved at the next step boundary and the program exits with kExitRequeue, which
+    // the job script turns into a requeue; the requeued job resumes with --resume. Without a
+    // checkpoint there is nothing to resume from, and the signals keep their default action.
+    std::optional<train::PreemptionHandler> preempt;
+    if (!args.checkpoint.empty()) preempt.emplace();
+    bool preempted = false;
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
@@ -262,6 +275,17 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
           }
         }
+        if (preempt && preempt->requested()) {  // collective: every rank stops at this step
+          save(epoch, first_batch + nb);
+          std::printf(
+              "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d "
+              "so that the job is requeued (resume with --resume)\n",
+              train::signal_name(preempt->signal() ? preempt->signal() : SIGTERM),
+              static_cast<long long>(epoch + 1), static_cast<long long>(step), train::kExitRequeue);
+          std::fflush(stdout);
+          preempted = done = true;
+          break;
+        }
         if (args.test && step >= args.test_nsteps) {
           done = true;
           save(epoch, first_batch + nb);
@@ -269,6 +293,7 @@ int main(int argc, char** argv) {
         }
         t0 = mark();
       }
+      if (preempted) break;
       double train_time = seconds(t_epoch, Clock::now());
       // Global figures: images and losses summed over the ranks, the slowest rank's time.
       if (ranks > 1) {
@@ -316,6 +341,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
 
+    if (preempted) return train::kExitRequeue;
     Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
     print_chronometer("data loading", t_data, t_fwd, t_bwd, args.prec.describe(device));
     if (gpu)

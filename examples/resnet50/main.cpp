@@ -5,7 +5,7 @@
 // straight into u8 NHWC batches by the loader's workers, normalised on the training device),
 // validation at each epoch end, a chronometer of per-step data / forward / backward+step times
 // (min, median, std; the GPU is synchronised at each mark), the peak device memory, printing
-// ten times per epoch, and a checkpoint at the end. Under `mpirun -np N` or `srun` it is the
+// ten times per epoch, and a checkpoint at each epoch end. Under `mpirun -np N` or `srun` it is the
 // course's DDP script: one rank per GPU, each with its share of the images (DistributedSampler)
 // and --batch-size images per step (global batch N x batch size), gradients averaged by
 // DistributedDataParallel, rank 0 printing and writing the checkpoint (slurm/ has job files).
@@ -15,7 +15,12 @@
 //            [--test] [--test-nsteps 50] [--num-workers 4] [--persistent-workers]
 //            [--pin-memory] [--non-blocking] [--prefetch-factor 2] [--no-drop-last]
 //            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
-//            [--threads N] [--json PATH] [--checkpoint PATH]
+//            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
+//
+// With --checkpoint, the state is saved at each epoch end (and every N steps with
+// --checkpoint-every), and SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel)
+// saves it at the next step boundary and exits with status 75 (train::kExitRequeue), which the
+// job files in slurm/ turn into a requeue; --resume continues from the file mid-epoch.
 //
 // --amp runs forward and loss under autocast: f16 with a GradScaler on a GPU, bf16 on the CPU
 // (--amp-dtype chooses; f16 always comes with loss scaling).
@@ -23,16 +28,19 @@
 // On a GPU, --non-blocking copies each batch on a side stream while the previous step
 // computes (data::DevicePrefetcher); without it the copy is synchronous. Make an
 // ImageNet-shaped folder on any machine with tools/dltrain-make-images (train and --val).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
+#include "dltrain/train/preemption.hpp"
 #include "examples/common/example_util.hpp"
 
 using namespace dltrain;
@@ -65,22 +73,27 @@ struct Args {
   int threads = 0;
   std::string json;
   std::string checkpoint;
+  bool resume = false;
+  int64_t checkpoint_every = 0;
 };
 
 Flags make_flags(Args& a) {
-  Flags f("resnet50",
-          "--data DIR [--arch resnet50] [--batch-size N] [--epochs N] [--image-size N] [--lr X] "
-          "[--wd X] [--mom X] [--label-smoothing X] [--seed N] [--test] [--test-nsteps N] "
-          "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
-          "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
-          "[--amp] [--amp-dtype f16|bf16] [--threads N] [--json PATH] [--checkpoint PATH]");
+  Flags f(
+      "resnet50",
+      "--data DIR [--arch resnet50] [--batch-size N] [--epochs N] [--image-size N] [--lr X] "
+      "[--wd X] [--mom X] [--label-smoothing X] [--seed N] [--test] [--test-nsteps N] "
+      "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
+      "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
+      "[--amp] [--amp-dtype f16|bf16] [--threads N] [--json PATH] [--checkpoint PATH [--resume] "
+      "[--checkpoint-every N]]");
   f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
   f.add("--epochs", &a.epochs).add("--image-size", &a.image_size).add("--lr", &a.lr);
   f.add("--wd", &a.wd).add("--mom", &a.mom).add("--label-smoothing", &a.label_smoothing);
   f.add("--seed", &a.seed).add("--test-nsteps", &a.test_nsteps);
   f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
   f.add("--device", &a.device).add("--threads", &a.threads).add("--json", &a.json);
-  f.add("--checkpoint", &a.checkpoint);
+  f.add("--checkpoint", &a.checkpoint).add("--checkpoint-every", &a.checkpoint_every);
+  f.add_switch("--resume", &a.resume);
   f.add_switch("--test", &a.test).add_switch("--persistent-workers", &a.persistent_workers);
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
   f.add_switch("--no-drop-last", &a.drop_last, false).add_switch("--drop-last", &a.drop_last);
@@ -218,11 +231,41 @@ int main(int argc, char** argv) {
 
     std::vector<double> t_data, t_fwd, t_bwd;
     std::vector<EpochReport> reports;
-    int64_t step = 0;
-    bool done = false;
-    for (int64_t epoch = 0; epoch < args.epochs && !done; ++epoch) {
+    int64_t step = 0, start_epoch = 0, start_batch = 0;
+    if (args.resume && !args.checkpoint.empty() && std::ifstream(args.checkpoint).good()) {
+      const io::TrainingProgress p =
+          io::load_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler);
+      start_epoch = p.epoch;
+      start_batch = p.batch_in_epoch;
+      step = p.step;
+      std::printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", args.checkpoint.c_str(),
+                  static_cast<long long>(start_epoch + 1), static_cast<long long>(start_batch),
+                  static_cast<long long>(step));
+    }
+    // Every rank holds the same state: rank 0 writes it, the others wait until it is complete.
+    auto save = [&](int64_t epoch, int64_t batch) {
+      if (args.checkpoint.empty()) return;
+      if (distributed::is_main_process())
+        io::save_checkpoint(
+            args.checkpoint, *model, &opt, &sched, &scaler, {epoch, step, batch},
+            {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}});
+      distributed::barrier();
+      std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", args.checkpoint.c_str(),
+                  static_cast<long long>(epoch + 1), static_cast<long long>(batch),
+                  static_cast<long long>(step));
+    };
+    // Slurm's wall-time warning (`--signal=USR1@T`, see slurm/) and preemption or scancel
+    // (SIGTERM): save at the next step boundary and exit with kExitRequeue for the job script to
+    // requeue. Without a checkpoint the signals keep their default action.
+    std::optional<train::PreemptionHandler> preempt;
+    if (!args.checkpoint.empty()) preempt.emplace();
+    bool preempted = false;
+    bool done = args.test && step >= args.test_nsteps;
+    for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
+      if (epoch == start_epoch) train_loader.set_start_batch(start_batch);
+      const int64_t first_batch = train_loader.start_batch();
       // Summed on the device: reading a loss synchronises, so only printed steps read theirs.
       Tensor loss_sum = zeros({}, TensorOptions(DType::f32).with_device(device));
       int64_t seen = 0, nb = 0;
@@ -258,13 +301,28 @@ int main(int argc, char** argv) {
                       static_cast<long long>(steps_per_epoch), l, sched.get_last_lr()[0]);
           std::fflush(stdout);
         }
-        if (args.test && step >= args.test_nsteps) {
-          done = true;
+        if (preempt && preempt->requested()) {  // collective: every rank stops at this step
+          save(epoch, first_batch + nb);
+          std::printf(
+              "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d "
+              "so that the job is requeued (resume with --resume)\n",
+              train::signal_name(preempt->signal() ? preempt->signal() : SIGTERM),
+              static_cast<long long>(epoch + 1), static_cast<long long>(step), train::kExitRequeue);
+          std::fflush(stdout);
+          preempted = done = true;
           return false;
         }
+        if (args.test && step >= args.test_nsteps) {
+          done = true;
+          save(epoch, first_batch + nb);
+          return false;
+        }
+        if (args.checkpoint_every > 0 && step % args.checkpoint_every == 0)
+          save(epoch, first_batch + nb);
         t0 = mark();
         return true;
       });
+      if (preempted) break;
       double train_time = seconds(t_epoch, mark());
       double train_loss = nb ? loss_sum.item<double>() / static_cast<double>(nb) : 0.0;
       if (ranks > 1) {  // global figures: summed images, mean loss, the slowest rank's time
@@ -298,6 +356,7 @@ int main(int argc, char** argv) {
       const EpochReport r{epoch + 1,  train_time, static_cast<double>(seen) / train_time,
                           train_loss, val_time,   val_acc};
       reports.push_back(r);
+      if (!done) save(epoch + 1, 0);
       std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
                   static_cast<long long>(r.epoch), static_cast<long long>(args.epochs),
                   r.train_time, r.throughput, r.train_loss);
@@ -308,6 +367,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
 
+    if (preempted) return train::kExitRequeue;
     const Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
     print_chronometer("data loading (+ copy and normalise)", t_data, t_fwd, t_bwd,
                       args.prec.describe(device));
@@ -315,12 +375,6 @@ int main(int argc, char** argv) {
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
 
-    if (!args.checkpoint.empty() && distributed::is_main_process()) {
-      io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {args.epochs, step, 0},
-                          {{"example", "resnet50"}, {"arch", args.arch}});
-      std::printf("checkpoint: %s\n", args.checkpoint.c_str());
-    }
-    distributed::barrier();  // the checkpoint is complete before any rank exits
     if (!args.json.empty() && distributed::is_main_process()) {
       std::ofstream js(args.json);
       DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");

@@ -51,5 +51,6 @@
 #include "dltrain/optim/sgd.hpp"
 #include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/metrics.hpp"
+#include "dltrain/train/preemption.hpp"
 #include "dltrain/train/progress.hpp"
 #include "dltrain/version.hpp"

@@ -1,0 +1,59 @@
+// Preemption and wall-time signals: Slurm sends SIGUSR1 (`#SBATCH --signal=USR1@120`) some
+// time before the wall-time limit, and SIGTERM when it preempts or cancels a job (then SIGKILL
+// after KillWait, 30 s by default). A PreemptionHandler turns those signals into a flag that the
+// training loop polls at step boundaries: the program saves a full checkpoint there and exits
+// with kExitRequeue, and the sbatch script requeues the job, which resumes from the checkpoint.
+//
+//   train::PreemptionHandler preempt;            // SIGUSR1 and SIGTERM
+//   for (...) {
+//     step();
+//     if (preempt.requested()) { save_checkpoint(...); return train::kExitRequeue; }
+//   }
+//
+// The handler only sets an atomic flag (async-signal-safe); nothing runs inside the signal.
+// With several ranks, requested() is collective: every rank must call it at the same step, and
+// every rank gets the same answer (true when any rank was signalled), so all ranks stop at the
+// same step and the checkpoint is consistent even when the signal reached one rank only.
+#pragma once
+
+#include <csignal>
+#include <vector>
+
+namespace dltrain::train {
+
+/// Exit status of a program that stopped on a preemption signal after saving its state, to be
+/// restarted: sysexits' EX_TEMPFAIL ("temporary failure; retry"). The bundled sbatch templates
+/// run `scontrol requeue` when the program exits with it; sites may list it in slurm.conf's
+/// RequeueExit instead.
+inline constexpr int kExitRequeue = 75;
+
+/// Installs handlers for `signals` (default SIGUSR1 and SIGTERM) that record the first signal
+/// received; the previous handlers come back when it is destroyed. One handler may exist at a
+/// time in a process (a second one throws dltrain::Error).
+class PreemptionHandler {
+ public:
+  explicit PreemptionHandler(std::vector<int> signals = {SIGUSR1, SIGTERM});
+  ~PreemptionHandler();
+  PreemptionHandler(const PreemptionHandler&) = delete;
+  PreemptionHandler& operator=(const PreemptionHandler&) = delete;
+
+  /// Whether to stop now. With a distributed world of more than one rank this is a collective
+  /// (a max over ranks of the local flag through distributed::all_reduce_value): call it on
+  /// every rank at the same step. Otherwise it reads the local flag only.
+  bool requested() const;
+  /// Whether a signal reached this process (local, no communication).
+  bool signalled() const;
+  /// The first signal received by this process, 0 if none.
+  int signal() const;
+  /// Forgets the signal received (to continue after a handled request).
+  void reset();
+
+ private:
+  std::vector<int> signals_;
+  std::vector<struct sigaction> previous_;
+};
+
+/// "SIGUSR1", "SIGTERM", ... or "signal N".
+const char* signal_name(int signal);
+
+}  // namespace dltrain::train

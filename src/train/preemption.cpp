@@ -1,0 +1,97 @@
+#include "dltrain/train/preemption.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "dltrain/core/error.hpp"
+#include "dltrain/distributed/process_group.hpp"
+
+namespace dltrain::train {
+
+namespace {
+
+// The first signal received (0: none), written inside the handler: a lock-free atomic is
+// async-signal-safe.
+std::atomic<int> g_signal{0};
+std::atomic<bool> g_installed{false};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_preemption_signal(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGCONT:
+      return "SIGCONT";
+    default:
+      break;
+  }
+  thread_local char buf[24];
+  std::snprintf(buf, sizeof buf, "signal %d", sig);
+  return buf;
+}
+
+PreemptionHandler::PreemptionHandler(std::vector<int> signals) : signals_(std::move(signals)) {
+  for (int s : signals_)
+    DLTRAIN_CHECK(
+        s == SIGUSR1 || s == SIGUSR2 || s == SIGTERM || s == SIGINT || s == SIGHUP || s == SIGCONT,
+        "PreemptionHandler: ", signal_name(s),
+        " cannot be a preemption signal; use SIGUSR1, SIGUSR2, SIGTERM, SIGINT, "
+        "SIGHUP or SIGCONT");
+  bool expected = false;
+  DLTRAIN_CHECK(g_installed.compare_exchange_strong(expected, true),
+                "PreemptionHandler: one is already installed in this process; keep a single "
+                "handler for the whole training loop");
+  g_signal.store(0);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_preemption_signal;
+  sigemptyset(&sa.sa_mask);
+  // Interrupted system calls (file reads of the loader, MPI's sockets) are restarted.
+  sa.sa_flags = SA_RESTART;
+  previous_.resize(signals_.size());
+  for (size_t i = 0; i < signals_.size(); ++i) {
+    if (sigaction(signals_[i], &sa, &previous_[i]) != 0) {
+      const int err = errno;
+      for (size_t j = 0; j < i; ++j) sigaction(signals_[j], &previous_[j], nullptr);
+      g_installed.store(false);
+      DLTRAIN_FAIL("PreemptionHandler: cannot install a handler for ", signal_name(signals_[i]),
+                   ": ", std::strerror(err));
+    }
+  }
+}
+
+PreemptionHandler::~PreemptionHandler() {
+  for (size_t i = 0; i < signals_.size(); ++i) sigaction(signals_[i], &previous_[i], nullptr);
+  g_installed.store(false);
+}
+
+bool PreemptionHandler::signalled() const { return g_signal.load(std::memory_order_relaxed) != 0; }
+
+int PreemptionHandler::signal() const { return g_signal.load(std::memory_order_relaxed); }
+
+void PreemptionHandler::reset() { g_signal.store(0); }
+
+bool PreemptionHandler::requested() const {
+  const double local = signalled() ? 1.0 : 0.0;
+  if (!distributed::is_initialized() || distributed::world_size() <= 1) return local != 0;
+  return distributed::all_reduce_value(local, distributed::ReduceOp::Max) != 0;
+}
+
+}  // namespace dltrain::train

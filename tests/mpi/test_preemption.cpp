@@ -1,0 +1,31 @@
+// Preemption across ranks: a signal that reaches one rank only (Slurm signals every task, but
+// not at the same instant) must stop every rank at the same step, so that the checkpoint
+// written there is consistent.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+
+TEST_CASE("preemption: a signal on the last rank stops every rank at the same step",
+          "[mpi][preemption]") {
+  distributed::ProcessGroup& world = distributed::init();
+  REQUIRE(world.size() >= 2);
+  train::PreemptionHandler preempt;
+  const int signalled_rank = world.size() - 1;
+  int stopped_at = -1;
+  for (int step = 0; step < 10; ++step) {
+    if (world.rank() == signalled_rank && step == 4) std::raise(SIGUSR1);
+    if (preempt.requested()) {
+      stopped_at = step;
+      break;
+    }
+  }
+  CHECK(stopped_at == 4);
+  CHECK(preempt.signalled() == (world.rank() == signalled_rank));
+  // Every rank agrees (a max and a min over ranks of the step give the same value).
+  CHECK(distributed::all_reduce_value(stopped_at, distributed::ReduceOp::Max) == 4);
+  CHECK(distributed::all_reduce_value(stopped_at, distributed::ReduceOp::Min) == 4);
+}
