@@ -156,15 +156,15 @@ std::string Chronometer::table(const std::string& title) const {
   std::string out;
   char line[256];
   if (!title.empty()) out += "chronometer: " + title + "\n";
-  std::snprintf(line, sizeof line,
-                "chronometer over %lld steps (%lld warm-up left out), ms: %12s %9s %9s %9s %9s\n",
+  std::snprintf(line, sizeof line, "chronometer over %lld steps (%lld warm-up left out), ms:\n",
                 static_cast<long long>(s.measured_steps),
-                static_cast<long long>(s.steps - s.measured_steps), "", "min", "median", "std",
-                "max");
+                static_cast<long long>(s.steps - s.measured_steps));
+  out += line;
+  std::snprintf(line, sizeof line, "  %-32s %9s %9s %9s %9s\n", "", "min", "median", "std", "max");
   out += line;
   auto row = [&](const std::string& name, const Stats& st) {
     if (st.count == 0) return;
-    std::snprintf(line, sizeof line, "  %-52s %9.2f %9.2f %9.2f %9.2f\n", name.c_str(),
+    std::snprintf(line, sizeof line, "  %-32s %9.2f %9.2f %9.2f %9.2f\n", name.c_str(),
                   1e3 * st.min, 1e3 * st.median, 1e3 * st.std, 1e3 * st.max);
     out += line;
   };
