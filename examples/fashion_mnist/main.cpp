@@ -8,6 +8,7 @@
 //                 [--json PATH] [--checkpoint PATH [--resume]] [--device cpu|cuda[:N]]
 //                 [--num-workers N] [--prefetch-factor N] [--pin-memory] [--non-blocking]
 //                 [--persistent-workers] [--amp [--amp-dtype f16|bf16]] [--channels-last]
+//                 [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 // Data parallel: run it under `mpirun -np N` or `srun` and each rank trains on its share of
 // the data (DistributedSampler) with --batch-size per rank (global batch = N x batch size),
 // gradients averaged by DistributedDataParallel; rank 0 prints and writes checkpoints and the
@@ -18,6 +19,9 @@
 // With --checkpoint, SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel) saves
 // the state at the next step boundary and exits with status 75 (train::kExitRequeue) for the job
 // script to requeue; the requeued run resumes bit for bit with --resume.
+// --metrics and --tensorboard log the loss and learning rate of every step and the test figures
+// of every epoch (train::MetricsWriter; a resumed run appends to the CSV / JSON lines file);
+// progress lines come from train::Progress and the timing table from train::Chronometer.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,7 +39,10 @@
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "dltrain/train/chronometer.hpp"
+#include "dltrain/train/metrics.hpp"
 #include "dltrain/train/preemption.hpp"
+#include "dltrain/train/progress.hpp"
 #include "examples/common/example_util.hpp"
 
 using namespace dltrain;
@@ -55,6 +62,8 @@ struct Args {
   bool test = false;
   int64_t test_nsteps = 50;
   std::string json;
+  std::string metrics;
+  std::string tensorboard;
   std::string checkpoint;
   bool resume = false;
   std::string device = "cpu";
@@ -75,11 +84,12 @@ Args parse(int argc, char** argv) {
           "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
           "[--resume]] [--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] "
           "[--pin-memory] [--non-blocking] [--persistent-workers] [--amp] [--amp-dtype f16|bf16] "
-          "[--channels-last] [--sync-bn]");
+          "[--channels-last] [--sync-bn] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]");
   f.add("--data", &a.data).add("--batch-size", &a.batch_size).add("--epochs", &a.epochs);
   f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
   f.add("--checkpoint", &a.checkpoint).add("--device", &a.device);
+  f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
   f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
   f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
@@ -137,12 +147,6 @@ int main(int argc, char** argv) {
     if (!distributed::is_main_process()) (void)std::freopen("/dev/null", "w", stdout);
     const bool gpu = device.is_cuda();
     if (gpu) cuda::set_device(device.index);
-    // Marks of the chronometer: on a GPU, wait for the queued work so it is charged to the
-    // phase that queued it.
-    auto mark = [gpu] {
-      if (gpu) cuda::synchronize();
-      return Clock::now();
-    };
     data::ImageOptions norm{{0.2860f}, {0.3530f}};
     auto t_load = Clock::now();
     auto train_set = std::make_shared<data::MNIST>(args.data, true, norm);
@@ -202,7 +206,9 @@ int main(int argc, char** argv) {
     amp::GradScaler scaler(args.prec.scaler_options(device));
     ScaleLog scale_log;
 
-    std::vector<double> t_data, t_fwd, t_bwd;
+    // The course's chronometer: on a GPU its marks wait for the device, so each phase is charged
+    // the GPU work it queued.
+    train::Chronometer chrono({.device = device});
     std::vector<EpochReport> reports;
     int64_t step = 0, start_epoch = 0, start_batch = 0;
     if (args.resume && !args.checkpoint.empty() && std::ifstream(args.checkpoint).good()) {
@@ -232,6 +238,17 @@ int main(int argc, char** argv) {
     std::optional<train::PreemptionHandler> preempt;
     if (!args.checkpoint.empty()) preempt.emplace();
     bool preempted = false;
+    // --metrics FILE.jsonl writes JSON lines, any other name CSV; rank 0 only.
+    const bool jsonl = args.metrics.size() > 6 && args.metrics.ends_with(".jsonl");
+    train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
+                                  .jsonl = jsonl ? args.metrics : "",
+                                  .tensorboard = args.tensorboard,
+                                  .append = args.resume});
+    // Ten lines per epoch (every tenth step with --test), a live bar on a terminal.
+    const int64_t progress_total =
+        args.test ? std::min(args.test_nsteps, steps_per_epoch) : steps_per_epoch;
+    train::Progress progress(
+        {.total_steps = progress_total, .every = args.test ? 10 : 0, .label = "  train"});
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
@@ -241,40 +258,35 @@ int main(int argc, char** argv) {
       double loss_sum = 0;
       int64_t seen = 0, nb = 0;
       auto t_epoch = Clock::now();
-      auto t0 = mark();
+      progress.begin(epoch + 1);
+      chrono.begin_step();
       for (const data::Batch& hb : train_loader) {
         const data::Batch b{hb.data.to(device, args.non_blocking).contiguous(fmt),
                             hb.target.to(device, args.non_blocking)};
-        auto t1 = mark();
+        chrono.lap(train::Phase::Data);
         Tensor loss;
         {
           const amp::autocast ac = args.prec.region(device);
           loss = criterion(ddp(b.data), b.target);
         }
-        auto t2 = mark();
+        chrono.lap(train::Phase::Forward);
         opt.zero_grad();
         scaler.scale(loss).backward();
+        chrono.lap(train::Phase::Backward);
         scaler.step(opt);
         scaler.update();
         sched.step();
         scale_log(scaler, step);
         double l = loss.item<double>();
-        auto t3 = mark();
-        t_data.push_back(seconds(t0, t1));
-        t_fwd.push_back(seconds(t1, t2));
-        t_bwd.push_back(seconds(t2, t3));
+        chrono.lap(train::Phase::Optimizer);
+        chrono.end_step(b.size());
         loss_sum += l;
         seen += b.size();
         ++nb;
         ++step;
-        if (nb % std::max<int64_t>(1, steps_per_epoch / 10) == 0 || args.test) {
-          if (!args.test || step % 10 == 0) {
-            std::printf("  epoch %lld step %lld/%lld loss %.4f lr %.4f\n",
-                        static_cast<long long>(epoch + 1), static_cast<long long>(nb),
-                        static_cast<long long>(steps_per_epoch), l, sched.get_last_lr()[0]);
-            std::fflush(stdout);
-          }
-        }
+        const double lr = sched.get_last_lr()[0];
+        progress.update(first_batch + nb, l, lr, b.size());
+        metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
         if (preempt && preempt->requested()) {  // collective: every rank stops at this step
           save(epoch, first_batch + nb);
           std::printf(
@@ -291,8 +303,9 @@ int main(int argc, char** argv) {
           save(epoch, first_batch + nb);
           break;
         }
-        t0 = mark();
+        chrono.begin_step();
       }
+      progress.end();
       if (preempted) break;
       double train_time = seconds(t_epoch, Clock::now());
       // Global figures: images and losses summed over the ranks, the slowest rank's time.
@@ -332,6 +345,11 @@ int main(int argc, char** argv) {
                     100.0 * static_cast<double>(correct) / static_cast<double>(total),
                     static_cast<double>(seen) / train_time};
       reports.push_back(r);
+      metrics.add_scalars({{"test/loss", r.test_loss},
+                           {"test/acc", r.test_acc},
+                           {"train/epoch_loss", r.train_loss},
+                           {"train/img_per_s", r.throughput}},
+                          step);
       if (!done) save(epoch + 1, 0);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
@@ -342,11 +360,29 @@ int main(int argc, char** argv) {
     }
 
     if (preempted) return train::kExitRequeue;
-    Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
-    print_chronometer("data loading", t_data, t_fwd, t_bwd, args.prec.describe(device));
-    if (gpu)
-      std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
-                  static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
+    std::printf("%s", chrono.table(args.prec.describe(device)).c_str());
+    const train::ChronometerSummary cs = chrono.summary();
+    // "backward" in the report is backward + optimizer step, per step (what the PyTorch peer
+    // measures as one phase).
+    std::vector<double> bwd_step = chrono.phase_times(train::Phase::Backward);
+    const std::vector<double>& opt_step = chrono.phase_times(train::Phase::Optimizer);
+    for (size_t i = 0; i < bwd_step.size() && i < opt_step.size(); ++i) bwd_step[i] += opt_step[i];
+    const train::Stats sd = cs.phases[static_cast<int>(train::Phase::Data)],
+                       sf = cs.phases[static_cast<int>(train::Phase::Forward)],
+                       sb = train::compute_stats(bwd_step);
+    if (!reports.empty())
+      metrics.add_hparams(
+          {{"lr", args.lr},
+           {"batch_size", static_cast<double>(args.batch_size)},
+           {"epochs", static_cast<double>(args.epochs)},
+           {"weight_decay", args.wd},
+           {"momentum", args.mom},
+           {"ranks", static_cast<double>(ranks)},
+           {"precision", args.prec.precision(device)},
+           {"layout", std::string(args.prec.layout())}},
+          {{"test/acc", reports.back().test_acc}, {"test/loss", reports.back().test_loss}});
+    metrics.flush();
+    for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
 
     if (!args.json.empty() && distributed::is_main_process()) {
       std::ofstream js(args.json);
@@ -356,7 +392,7 @@ int main(int argc, char** argv) {
          << args.prec.layout()
          << "\",\n  \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
          << ",\n  \"ranks\": " << ranks << ",\n  \"threads\": " << get_num_threads()
-         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"steps\": " << t_fwd.size()
+         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"steps\": " << cs.measured_steps
          << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
          << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
          << "},\n  \"epochs\": [";
