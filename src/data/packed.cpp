@@ -3,7 +3,10 @@
 //
 // Invariants: every HDF5 call runs with hdf5_mutex() held and no HDF5 identifier outlives
 // it unlocked except those in PackedImageDataset::Shards, which are only touched (and
-// closed) under it; JPEG decoding and encoding never run under it. A file at a shard's
+// closed) under it; JPEG decoding and encoding never run under it. Samples are read without
+// it: a shard's `jpeg` dataset is contiguous and unfiltered (as dltrain-pack writes it), so its
+// file offset, found once at construction, lets each reader pread() the bytes directly; the
+// HDF5 hyperslab read under the lock remains for any other layout. A file at a shard's
 // final name was complete when it was renamed there; the index exists only when every
 // shard of its plan does.
 #include "dltrain/data/packed.hpp"
@@ -25,8 +28,11 @@
 #include "dltrain/data/image.hpp"
 
 #ifdef DLTRAIN_WITH_HDF5
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "src/io/hdf5_util.hpp"
 #endif
@@ -634,8 +640,49 @@ PackedIndex read_packed_index(const std::string& prefix) {
 
 // --- PackedImageDataset ----------------------------------------------------------------
 
-// Lazily opened shard files, shared by all threads; only touched with hdf5_mutex() held.
+// Lazily opened shard files, shared by all threads. The HDF5 handles are only touched with
+// hdf5_mutex() held; the plain descriptors of direct reads with fd_mutex held (only to look
+// them up: a reader keeps its shared_ptr, so an evicted descriptor closes after its last read).
 struct PackedImageDataset::Shards {
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  // Per shard: the byte offset of its `jpeg` data in the file, or -1 to read through HDF5.
+  std::vector<int64_t> direct;
+  std::mutex fd_mutex;
+  std::vector<std::shared_ptr<const Fd> > fds;
+  std::vector<uint64_t> fd_last_use;
+  int64_t fds_open = 0;
+  uint64_t fd_tick = 0;
+
+  // Shard k's descriptor (opening it; dropping the least recently used one at the cap).
+  std::shared_ptr<const Fd> fd(int64_t k, const std::string& path, int64_t max_open) {
+    std::lock_guard<std::mutex> lock(fd_mutex);
+    auto& slot = fds[static_cast<size_t>(k)];
+    if (!slot) {
+      if (fds_open >= max_open) {
+        size_t lru = fds.size();
+        for (size_t i = 0; i < fds.size(); ++i)
+          if (fds[i] && (lru == fds.size() || fd_last_use[i] < fd_last_use[lru])) lru = i;
+        fds[lru].reset();
+        --fds_open;
+      }
+      auto f = std::make_shared<Fd>();
+      f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      DLTRAIN_CHECK(f->fd >= 0, "PackedImageDataset: cannot open shard '", path,
+                    "': ", std::strerror(errno),
+                    "; check that the pack is still there and readable, or raise the open-files "
+                    "limit (ulimit -n) or lower PackedOptions::max_open_shards");
+      slot = std::move(f);
+      ++fds_open;
+    }
+    fd_last_use[static_cast<size_t>(k)] = ++fd_tick;
+    return slot;
+  }
+
   struct Open {
     Hid file, jpeg, space;  // destroyed in reverse: space, jpeg, then file
     uint64_t last_use = 0;
@@ -687,6 +734,9 @@ PackedImageDataset::PackedImageDataset(std::string prefix, PackedOptions options
   const int64_t num_shards = static_cast<int64_t>(index_.shard_counts.size());
   const int64_t num_classes = static_cast<int64_t>(index_.classes.size());
   shards_->open.resize(static_cast<size_t>(num_shards));
+  shards_->direct.assign(static_cast<size_t>(num_shards), -1);
+  shards_->fds.resize(static_cast<size_t>(num_shards));
+  shards_->fd_last_use.assign(static_cast<size_t>(num_shards), 0);
   first_.push_back(0);
   for (int64_t k = 0; k < num_shards; ++k) {
     const std::string& path = index_.shard_files[static_cast<size_t>(k)];
@@ -720,6 +770,16 @@ PackedImageDataset::PackedImageDataset(std::string prefix, PackedOptions options
     for (int64_t l : lab)
       DLTRAIN_CHECK(l >= 0 && l < num_classes, "packed dataset shard '", path, "': label ", l,
                     " is outside the ", num_classes, " classes; the file is corrupt");
+    // Direct reads when the bytes lie in one contiguous, unfiltered run of 1-byte elements.
+    if (bytes > 0) {
+      Hid dcpl(H5Dget_create_plist(jpeg), H5Pclose);
+      Hid type(H5Dget_type(jpeg), H5Tclose);
+      if (dcpl.get() >= 0 && type.get() >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+          H5Pget_nfilters(dcpl) == 0 && H5Tget_size(type) == 1) {
+        const haddr_t at = H5Dget_offset(jpeg);
+        if (at != HADDR_UNDEF) shards_->direct[static_cast<size_t>(k)] = static_cast<int64_t>(at);
+      }
+    }
     offsets_.insert(offsets_.end(), off.begin(), off.end());
     labels_.insert(labels_.end(), lab.begin(), lab.end());
     first_.push_back(first_.back() + n);
@@ -746,6 +806,26 @@ void PackedImageDataset::read_into(int64_t index, std::vector<uint8_t>& out) con
   hsize_t count = static_cast<hsize_t>(offsets_[at + 1] - offsets_[at]);
   out.resize(count);
   const std::string& path = index_.shard_files[static_cast<size_t>(k)];
+  if (const int64_t base = shards_->direct[static_cast<size_t>(k)]; base >= 0) {
+    const auto fd = shards_->fd(k, path, shards_->max_open);
+    size_t got = 0;
+    while (got < count) {
+      const ssize_t r = ::pread(fd->fd, out.data() + got, count - got,
+                                static_cast<off_t>(base + static_cast<int64_t>(start + got)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    if (got == count) return;
+    std::string src = "unknown: the shard's paths do not read either";
+    try {
+      src = source_path(index);
+    } catch (const Error&) {
+    }
+    DLTRAIN_FAIL("PackedImageDataset: cannot read sample ", index, " (source '", src, "') from '",
+                 path, "': ", got, " of ", count, " bytes read",
+                 "; the shard is truncated or corrupt: delete it and run dltrain-pack --resume");
+  }
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   quiet_hdf5();
   Shards::Open& s = shards_->get(k, path);

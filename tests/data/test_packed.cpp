@@ -7,8 +7,10 @@
 // every test only checks that the functions raise the error saying how to get it.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "data/data_test_util.hpp"
 #include "dltrain/data/dataloader.hpp"
@@ -455,4 +457,46 @@ TEST_CASE("Packed batches: identical with loader workers and with few open shard
   REQUIRE(run(small, 2, 0) == sync0);
   const std::vector<int64_t> hop{0, 23, 5, 17, 9, 13, 1, 22, 6};
   REQUIRE(pixels(small->get_batch(hop).data) == pixels(ds->get_batch(hop).data));
+}
+
+TEST_CASE("Packed reads: lock-free and concurrent, evicting descriptors, truncation caught",
+          "[packed][loader]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_pread");
+  const std::string root = dir.file("images"), prefix = dir.file("p");
+  make_folder(root);
+  pack_image_folder(root, prefix, pack_opts(4));  // 6 shards, the source files' bytes kept
+  PackedOptions o;
+  o.max_open_shards = 2;  // descriptors evicted while other threads read through them
+  const PackedImageDataset ds(prefix, o);
+  std::vector<std::vector<uint8_t>> expected;
+  for (int64_t i = 0; i < ds.size(); ++i)
+    expected.push_back(read_bytes((fs::path(root) / ds.source_path(i)).string()));
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (int64_t i = 0; i < ds.size(); ++i) {
+          const int64_t j = (i * (2 * t + 1) + rep) % ds.size();  // a different order per thread
+          if (ds.read_jpeg(j) != expected[static_cast<size_t>(j)]) ++mismatches;
+        }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == 0);
+
+  // A shard cut short after the dataset opened it: a clear error, not garbage bytes.
+  const std::string shard = packed_shard_path(prefix, 5);
+  truncate_file(shard, 0.5);
+  bool failed = false;
+  for (int64_t i = 20; i < 24; ++i) {
+    try {
+      (void)ds.read_jpeg(i);
+    } catch (const Error& e) {
+      failed = true;
+      CHECK_THAT(e.what(), Contains(shard) && Contains("truncated or corrupt") &&
+                               Contains("dltrain-pack --resume"));
+    }
+  }
+  CHECK(failed);
 }

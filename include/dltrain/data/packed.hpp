@@ -192,7 +192,7 @@ class PackedImageDataset : public EpochDataset {
 
  private:
   struct Shards;
-  // Reads sample `index`'s bytes into `out` under the HDF5 mutex.
+  // Reads sample `index`'s bytes into `out` (pread, or HDF5 under its mutex).
   void read_into(int64_t index, std::vector<uint8_t>& out) const;
   // (shard, position in the shard) of a sample index.
   std::pair<int64_t, int64_t> locate(int64_t index) const;
