@@ -37,9 +37,16 @@ Progress::Progress(ProgressOptions options) : options_(std::move(options)) {
   if (options_.every == 0)
     options_.every =
         options_.total_steps > 0 ? std::max<int64_t>(1, options_.total_steps / 10) : 100;
-  const int rank = options_.rank >= 0 ? options_.rank : distributed::detect_environment().rank;
+  // Under a launcher (mpirun, srun, torchrun) plain lines even when stdout is a terminal: Open
+  // MPI hands every rank a pseudo-terminal whatever mpirun's own output is (a file, a pipe).
+  const bool ask_env = options_.rank < 0 || options_.tty < 0;
+  const distributed::Environment env =
+      ask_env ? distributed::detect_environment() : distributed::Environment{};
+  const int rank = options_.rank >= 0 ? options_.rank : env.rank;
   enabled_ = rank == 0;
-  live_ = options_.tty < 0 ? isatty(fileno(options_.out)) == 1 : options_.tty == 1;
+  live_ = options_.tty < 0
+              ? isatty(fileno(options_.out)) == 1 && env.launcher == distributed::Launcher::Single
+              : options_.tty == 1;
   begin();
 }
 

@@ -1,8 +1,12 @@
 // train::Progress: plain lines for logs (no carriage return ever), the live bar on a tty, the
 // rate / ETA arithmetic on a manual clock, and rank gating.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "dltrain/core/error.hpp"
@@ -154,4 +158,35 @@ TEST_CASE("Progress: ranks other than 0 print nothing; the rank comes from the l
   std::fclose(f);
   CHECK_THROWS_WITH(Progress({.total_steps = -1}), Contains("total_steps"));
   CHECK_THROWS_AS(Progress({.out = nullptr}), Error);
+}
+
+TEST_CASE(
+    "Progress: a terminal gets the live bar, except under a launcher (mpirun's ranks get a "
+    "pseudo-terminal even when the job's output goes to a file)",
+    "[train][progress]") {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  REQUIRE(master >= 0);
+  REQUIRE(grantpt(master) == 0);
+  REQUIRE(unlockpt(master) == 0);
+  const int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+  REQUIRE(slave >= 0);
+  std::FILE* f = fdopen(slave, "w");
+  REQUIRE(f);
+  {
+    Progress p({.out = f, .rank = 0});
+    CHECK(p.live());
+  }
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  {
+    Progress p({.out = f});
+    CHECK(p.enabled());
+    CHECK_FALSE(p.live());
+    Progress forced({.out = f, .tty = 1});
+    CHECK(forced.live());
+  }
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  std::fclose(f);
+  close(master);
 }

@@ -33,7 +33,9 @@ struct ProgressOptions {
   std::string label = "train";
   /// Where to write (stdout by default).
   std::FILE* out = stdout;
-  /// -1: ask isatty() on `out`; 0: plain lines; 1: the live bar.
+  /// -1: the live bar when `out` is a terminal and no launcher (mpirun, srun, torchrun) started
+  /// the process (Open MPI gives ranks a pseudo-terminal even when its output goes to a file);
+  /// 0: plain lines; 1: the live bar.
   int tty = -1;
   /// This process's rank; -1: read it from the launcher's variables. Only rank 0 prints.
   int rank = -1;
