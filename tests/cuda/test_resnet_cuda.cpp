@@ -37,7 +37,8 @@ std::shared_ptr<models::ResNet> small_resnet() {
 }
 
 // Runs `steps` training steps; returns the loss of each (before its update).
-std::vector<double> train(models::ResNet& model, const Tensor& x, const Tensor& y, int steps) {
+std::vector<double> train_steps(models::ResNet& model, const Tensor& x, const Tensor& y,
+                                int steps) {
   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
   model.train();
   std::vector<double> losses;
@@ -87,8 +88,8 @@ void compare_training(MemoryFormat fmt) {
   REQUIRE(x_gpu.is_contiguous(fmt));
 
   constexpr int kSteps = 3;
-  std::vector<double> cpu_losses = train(*cpu_model, x, y, kSteps);
-  std::vector<double> gpu_losses = train(*gpu_model, x_gpu, y_gpu, kSteps);
+  std::vector<double> cpu_losses = train_steps(*cpu_model, x, y, kSteps);
+  std::vector<double> gpu_losses = train_steps(*gpu_model, x_gpu, y_gpu, kSteps);
   cuda::synchronize();
   for (int i = 0; i < kSteps; ++i) {
     INFO("step " << i << ": loss cuda " << gpu_losses[static_cast<size_t>(i)] << ", cpu "

@@ -38,7 +38,7 @@ std::shared_ptr<data::Dataset> make_data() {
   return std::make_shared<data::TensorDataset>(x, y);
 }
 
-int train(const std::string& out, const std::string& ckpt, int64_t save_at, bool resume) {
+int run_training(const std::string& out, const std::string& ckpt, int64_t save_at, bool resume) {
   distributed::ProcessGroup& g = distributed::init();
   const int n = g.size();
   if (kGlobal % n != 0) distributed::abort("the global batch 12 must divide by the rank count");
@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
     if (mode == "run" && (argc == 3 || argc == 5))
-      return train(argv[2], argc == 5 ? argv[3] : "", argc == 5 ? std::stoll(argv[4]) : 0, false);
-    if (mode == "resume" && argc == 4) return train(argv[3], argv[2], 0, true);
+      return run_training(argv[2], argc == 5 ? argv[3] : "", argc == 5 ? std::stoll(argv[4]) : 0,
+                          false);
+    if (mode == "resume" && argc == 4) return run_training(argv[3], argv[2], 0, true);
     if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::stod(argv[4]));
   } catch (const std::exception& e) {
     distributed::abort(std::string("ddp_resume: ") + e.what());
