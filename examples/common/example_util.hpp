@@ -1,15 +1,19 @@
 // Helpers shared by the examples: the chronometer's statistics, wall-clock seconds, the
 // --device flag's parsing, a small command-line parser, and the course's precision and layout
-// flags (--amp, --amp-dtype, --channels-last) with the loss-scale log (header-only).
+// flags (--amp, --amp-dtype, --channels-last) with the loss-scale log, and the --checkpoint file
+// (resume, save, stop for a requeue on a preemption signal) (header-only).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -20,6 +24,12 @@
 #include "dltrain/amp/autocast.hpp"
 #include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/core/device.hpp"
+#include "dltrain/distributed/process_group.hpp"
+#include "dltrain/io/checkpoint.hpp"
+#include "dltrain/nn/module.hpp"
+#include "dltrain/optim/optimizer.hpp"
+#include "dltrain/optim/scheduler.hpp"
+#include "dltrain/train/preemption.hpp"
 
 namespace dltrain::examples {
 
@@ -191,6 +201,70 @@ class ScaleLog {
 
  private:
   double last_ = 0;
+};
+
+/// The --checkpoint file of an example: resumes from it (--resume), saves to it (rank 0 writes,
+/// every rank waits until the file is complete), and stops for a requeue when Slurm signals
+/// the wall time (`--signal=USR1@T`) or a preemption or scancel (SIGTERM). The signal handler
+/// exists only with a file (without one there is nothing to resume from, and the signals keep
+/// their default action). An empty path makes every call a no-op.
+class CheckpointFile {
+ public:
+  CheckpointFile(std::string path, nn::Module& model, optim::Optimizer& opt,
+                 optim::LRScheduler& sched, amp::GradScaler& scaler,
+                 std::map<std::string, std::string> metadata)
+      : path_(std::move(path)),
+        model_(model),
+        opt_(opt),
+        sched_(sched),
+        scaler_(scaler),
+        metadata_(std::move(metadata)) {
+    if (!path_.empty()) preempt_.emplace();
+  }
+  /// With `asked` and an existing file: loads everything and prints where training resumes;
+  /// otherwise the progress of a fresh start.
+  io::TrainingProgress resume(bool asked) {
+    if (!asked || path_.empty() || !std::ifstream(path_).good()) return {};
+    const io::TrainingProgress p = io::load_checkpoint(path_, model_, &opt_, &sched_, &scaler_);
+    std::printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", path_.c_str(),
+                static_cast<long long>(p.epoch + 1), static_cast<long long>(p.batch_in_epoch),
+                static_cast<long long>(p.step));
+    return p;
+  }
+  /// Saves the state at `step`, `batch` batches into `epoch` (0-based).
+  void save(int64_t epoch, int64_t step, int64_t batch) {
+    if (path_.empty()) return;
+    if (distributed::is_main_process())
+      io::save_checkpoint(path_, model_, &opt_, &sched_, &scaler_, {epoch, step, batch}, metadata_);
+    distributed::barrier();
+    std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", path_.c_str(),
+                static_cast<long long>(epoch + 1), static_cast<long long>(batch),
+                static_cast<long long>(step));
+  }
+  /// At a step boundary, on every rank (collective with several ranks): when a preemption
+  /// signal reached any rank, saves the state and returns true; the program then exits with
+  /// train::kExitRequeue, which the job files in examples/resnet50/slurm/ turn into a requeue.
+  bool stop_for_requeue(int64_t epoch, int64_t step, int64_t batch) {
+    if (!preempt_ || !preempt_->requested()) return false;
+    save(epoch, step, batch);
+    const int sig = preempt_->signal() ? preempt_->signal() : SIGTERM;  // another rank's
+    std::printf(
+        "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d so "
+        "that the job is requeued (resume with --resume)\n",
+        train::signal_name(sig), static_cast<long long>(epoch + 1), static_cast<long long>(step),
+        train::kExitRequeue);
+    std::fflush(stdout);
+    return true;
+  }
+
+ private:
+  std::string path_;
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  optim::LRScheduler& sched_;
+  amp::GradScaler& scaler_;
+  std::map<std::string, std::string> metadata_;
+  std::optional<train::PreemptionHandler> preempt_;
 };
 
 }  // namespace dltrain::examples

@@ -211,32 +211,15 @@ int main(int argc, char** argv) {
     train::Chronometer chrono({.device = device});
     std::vector<EpochReport> reports;
     int64_t step = 0, start_epoch = 0, start_batch = 0;
-    if (args.resume && !args.checkpoint.empty() && std::ifstream(args.checkpoint).good()) {
-      io::TrainingProgress p = io::load_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler);
+    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
+                        {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}});
+    {
+      const io::TrainingProgress p = ckpt.resume(args.resume);
       start_epoch = p.epoch;
       start_batch = p.batch_in_epoch;
       step = p.step;
-      std::printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", args.checkpoint.c_str(),
-                  static_cast<long long>(start_epoch + 1), static_cast<long long>(start_batch),
-                  static_cast<long long>(step));
     }
-    auto save = [&](int64_t epoch, int64_t batch) {
-      if (args.checkpoint.empty()) return;
-      // Every rank holds the same state: rank 0 writes it, the others wait for the file.
-      if (distributed::is_main_process())
-        io::save_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler, {epoch, step, batch},
-                            {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}});
-      distributed::barrier();
-      std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", args.checkpoint.c_str(),
-                  static_cast<long long>(epoch + 1), static_cast<long long>(batch),
-                  static_cast<long long>(step));
-    };
-    // Slurm's wall-time warning (`--signal=USR1@T`) and preemption or scancel (SIGTERM): the
-    // state is saved at the next step boundary and the program exits with kExitRequeue, which
-    // the job script turns into a requeue; the requeued job resumes with --resume. Without a
-    // checkpoint there is nothing to resume from, and the signals keep their default action.
-    std::optional<train::PreemptionHandler> preempt;
-    if (!args.checkpoint.empty()) preempt.emplace();
+    auto save = [&](int64_t epoch, int64_t batch) { ckpt.save(epoch, step, batch); };
     bool preempted = false;
     // --metrics FILE.jsonl writes JSON lines, any other name CSV; rank 0 only.
     const bool jsonl = args.metrics.size() > 6 && args.metrics.ends_with(".jsonl");
@@ -287,14 +270,8 @@ int main(int argc, char** argv) {
         const double lr = sched.get_last_lr()[0];
         progress.update(first_batch + nb, l, lr, b.size());
         metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
-        if (preempt && preempt->requested()) {  // collective: every rank stops at this step
-          save(epoch, first_batch + nb);
-          std::printf(
-              "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d "
-              "so that the job is requeued (resume with --resume)\n",
-              train::signal_name(preempt->signal() ? preempt->signal() : SIGTERM),
-              static_cast<long long>(epoch + 1), static_cast<long long>(step), train::kExitRequeue);
-          std::fflush(stdout);
+        // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) {
           preempted = done = true;
           break;
         }

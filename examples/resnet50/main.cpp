@@ -232,33 +232,16 @@ int main(int argc, char** argv) {
     std::vector<double> t_data, t_fwd, t_bwd;
     std::vector<EpochReport> reports;
     int64_t step = 0, start_epoch = 0, start_batch = 0;
-    if (args.resume && !args.checkpoint.empty() && std::ifstream(args.checkpoint).good()) {
-      const io::TrainingProgress p =
-          io::load_checkpoint(args.checkpoint, *model, &opt, &sched, &scaler);
+    CheckpointFile ckpt(
+        args.checkpoint, *model, opt, sched, scaler,
+        {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}});
+    {
+      const io::TrainingProgress p = ckpt.resume(args.resume);
       start_epoch = p.epoch;
       start_batch = p.batch_in_epoch;
       step = p.step;
-      std::printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", args.checkpoint.c_str(),
-                  static_cast<long long>(start_epoch + 1), static_cast<long long>(start_batch),
-                  static_cast<long long>(step));
     }
-    // Every rank holds the same state: rank 0 writes it, the others wait until it is complete.
-    auto save = [&](int64_t epoch, int64_t batch) {
-      if (args.checkpoint.empty()) return;
-      if (distributed::is_main_process())
-        io::save_checkpoint(
-            args.checkpoint, *model, &opt, &sched, &scaler, {epoch, step, batch},
-            {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}});
-      distributed::barrier();
-      std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", args.checkpoint.c_str(),
-                  static_cast<long long>(epoch + 1), static_cast<long long>(batch),
-                  static_cast<long long>(step));
-    };
-    // Slurm's wall-time warning (`--signal=USR1@T`, see slurm/) and preemption or scancel
-    // (SIGTERM): save at the next step boundary and exit with kExitRequeue for the job script to
-    // requeue. Without a checkpoint the signals keep their default action.
-    std::optional<train::PreemptionHandler> preempt;
-    if (!args.checkpoint.empty()) preempt.emplace();
+    auto save = [&](int64_t epoch, int64_t batch) { ckpt.save(epoch, step, batch); };
     bool preempted = false;
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
@@ -301,14 +284,8 @@ int main(int argc, char** argv) {
                       static_cast<long long>(steps_per_epoch), l, sched.get_last_lr()[0]);
           std::fflush(stdout);
         }
-        if (preempt && preempt->requested()) {  // collective: every rank stops at this step
-          save(epoch, first_batch + nb);
-          std::printf(
-              "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d "
-              "so that the job is requeued (resume with --resume)\n",
-              train::signal_name(preempt->signal() ? preempt->signal() : SIGTERM),
-              static_cast<long long>(epoch + 1), static_cast<long long>(step), train::kExitRequeue);
-          std::fflush(stdout);
+        // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) {
           preempted = done = true;
           return false;
         }
