@@ -10,8 +10,12 @@
 // allocated, so damage gives an error rather than a huge allocation.
 #include "dltrain/io/checkpoint.hpp"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -237,6 +241,30 @@ StateDict read_state(hid_t file, const char* group, const std::string& path) {
 }
 
 std::string rotated(const std::string& path, int64_t i) { return path + "." + std::to_string(i); }
+
+// Temporary files `name.tmp-<pid>` of earlier saves whose writer died mid-save (SIGKILL after
+// Slurm's KillWait, the OOM killer): each can be as large as a checkpoint, and a job that is
+// preempted again and again would pile them up. One is removed when its process no longer
+// exists on this machine and the file has not changed for 10 minutes (so that a writer on
+// another node sharing the directory, whose pid means nothing here, is never disturbed).
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::string prefix = name + ".tmp-";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = file.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code tec;
+    const auto changed = fs::last_write_time(it->path(), tec);
+    if (tec || fs::file_time_type::clock::now() - changed < std::chrono::minutes(10)) continue;
+    fs::remove(it->path(), tec);
+  }
+}
 using h5::sync_path;
 
 }  // namespace
@@ -251,6 +279,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   DLTRAIN_CHECK(fs::is_directory(dir), "write_checkpoint('", path, "'): directory '", dir.string(),
                 "' does not exist; create it first");
+  remove_stale_temporaries(dir, target.filename().string());
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   try {
     // A user block for the integrity header, and format bounds [1.8, 1.10] (file comment).

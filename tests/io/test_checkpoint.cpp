@@ -706,6 +706,37 @@ TEST_CASE("a writer killed at any moment leaves a loadable previous checkpoint",
     CHECK(e.path().filename().string().rfind("killed.h5.tmp-", 0) != 0);
 }
 
+TEST_CASE("temporary files of dead writers are removed by the next save, others are kept",
+          "[io][ckpt]") {
+  const std::string path = scratch("stale.h5");
+  // A pid that no longer exists: a child that has exited and been reaped.
+  const pid_t dead = ::fork();
+  if (dead == 0) std::_Exit(0);
+  REQUIRE(dead > 0);
+  ::waitpid(dead, nullptr, 0);
+  const auto make = [](const std::string& p, std::chrono::minutes age) {
+    std::ofstream(p) << "partial save";
+    fs::last_write_time(p, fs::file_time_type::clock::now() - age);
+  };
+  const std::string stale = path + ".tmp-" + std::to_string(dead);
+  const std::string recent = path + ".tmp-" + std::to_string(dead) + "0";  // maybe alive: kept
+  const std::string alive = path + ".tmp-" + std::to_string(::getppid());
+  const std::string other = scratch("other.h5") + ".tmp-" + std::to_string(dead);
+  make(stale, std::chrono::minutes(60));
+  make(alive, std::chrono::minutes(60));
+  make(other, std::chrono::minutes(60));
+  std::ofstream(recent) << "a save in progress elsewhere";
+  io::Checkpoint c;
+  c.model.insert("w", full({4}, 1.0));
+  io::write_checkpoint(path, c);
+  CHECK_FALSE(fs::exists(stale));  // dead writer, untouched for an hour
+  CHECK(fs::exists(recent));       // changed just now
+  CHECK(fs::exists(alive));        // its process exists
+  CHECK(fs::exists(other));        // another checkpoint's
+  CHECK(io::read_checkpoint(path).model.at("w").numel() == 4);
+  for (const auto& p : {recent, alive, other}) fs::remove(p);
+}
+
 // Child: phase "first" trains the CNN to the half-way step and checkpoints; phase "second"
 // starts from nothing, loads that checkpoint, trains to the end and checkpoints again.
 TEST_CASE("resume child", "[.child]") {
