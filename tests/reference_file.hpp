@@ -55,4 +55,21 @@ inline std::map<std::string, Tensor> read_reference(const std::string& path) {
   return r;
 }
 
+/// The golden file `path`, read once per process and kept.
+inline const std::map<std::string, Tensor>& cached_reference(const std::string& path) {
+  static std::map<std::string, std::map<std::string, Tensor>> files;
+  auto it = files.find(path);
+  if (it == files.end()) it = files.emplace(path, read_reference(path)).first;
+  return it->second;
+}
+
+/// Tensor `name` of the golden file `path`; dltrain::Error naming both when it is missing.
+inline Tensor reference_tensor(const std::string& path, const std::string& name) {
+  const auto& r = cached_reference(path);
+  auto it = r.find(name);
+  DLTRAIN_CHECK(it != r.end(), "no reference tensor '", name, "' in '", path,
+                "'; regenerate the file with its script in tests/reference/");
+  return it->second;
+}
+
 }  // namespace dltrain::testing

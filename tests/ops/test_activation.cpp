@@ -14,15 +14,9 @@ using F = std::function<Tensor(const Tensor&)>;
 
 namespace {
 
-const std::map<std::string, Tensor>& ref() {
-  static const auto r =
-      dltrain::testing::read_reference(DLTRAIN_REFERENCE_DIR "/research_reference.txt");
-  return r;
-}
+const char* const kResearchReference = DLTRAIN_REFERENCE_DIR "/research_reference.txt";
 Tensor R(const std::string& name) {
-  auto it = ref().find(name);
-  DLTRAIN_CHECK(it != ref().end(), "no reference tensor '", name, "'");
-  return it->second;
+  return dltrain::testing::reference_tensor(kResearchReference, name);
 }
 
 struct Act {

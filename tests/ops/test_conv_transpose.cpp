@@ -101,15 +101,9 @@ void check_configs(bool dnnl) {
   cpu::set_dnnl_enabled(was);
 }
 
-const std::map<std::string, Tensor>& ref() {
-  static const auto r =
-      dltrain::testing::read_reference(DLTRAIN_REFERENCE_DIR "/research_reference.txt");
-  return r;
-}
+const char* const kResearchReference = DLTRAIN_REFERENCE_DIR "/research_reference.txt";
 Tensor R(const std::string& name) {
-  auto it = ref().find(name);
-  DLTRAIN_CHECK(it != ref().end(), "no reference tensor '", name, "'");
-  return it->second;
+  return dltrain::testing::reference_tensor(kResearchReference, name);
 }
 
 }  // namespace

@@ -16,17 +16,13 @@ using F = std::function<Tensor(const V&)>;
 
 namespace {
 
-const std::map<std::string, Tensor>& ref() {
-  static const auto r =
-      dltrain::testing::read_reference(DLTRAIN_REFERENCE_DIR "/research_reference.txt");
-  return r;
-}
+const char* const kResearchReference = DLTRAIN_REFERENCE_DIR "/research_reference.txt";
 Tensor R(const std::string& name) {
-  auto it = ref().find(name);
-  DLTRAIN_CHECK(it != ref().end(), "no reference tensor '", name, "'");
-  return it->second;
+  return dltrain::testing::reference_tensor(kResearchReference, name);
 }
-bool has(const std::string& name) { return ref().count(name) > 0; }
+bool has(const std::string& name) {
+  return dltrain::testing::cached_reference(kResearchReference).count(name) > 0;
+}
 
 // f on the reference inputs p.<name> (fresh leaves in dt), compared with p.y and, for every
 // input with a stored gradient p.g<name>, that gradient.

@@ -16,15 +16,9 @@ using F = std::function<Tensor(const Tensor&)>;
 
 namespace {
 
-const std::map<std::string, Tensor>& ref() {
-  static const auto r =
-      dltrain::testing::read_reference(DLTRAIN_REFERENCE_DIR "/research_reference.txt");
-  return r;
-}
+const char* const kResearchReference = DLTRAIN_REFERENCE_DIR "/research_reference.txt";
 Tensor R(const std::string& name) {
-  auto it = ref().find(name);
-  DLTRAIN_CHECK(it != ref().end(), "no reference tensor '", name, "'");
-  return it->second;
+  return dltrain::testing::reference_tensor(kResearchReference, name);
 }
 
 // f on the reference input p.x in f64 and f32, NCHW and channels-last: output, its memory
