@@ -9,11 +9,11 @@
 
 using namespace dltrain;
 
-TEST_CASE("preemption: a signal on the last rank stops every rank at the same step",
+TEST_CASE("preemption: a signal on the last rank stops every rank at the same later check",
           "[mpi][preemption]") {
   distributed::ProcessGroup& world = distributed::init();
   REQUIRE(world.size() >= 2);
-  train::PreemptionHandler preempt;
+  train::PreemptionHandler preempt({SIGUSR1, SIGTERM}, /*check_every=*/3);
   const int signalled_rank = world.size() - 1;
   int stopped_at = -1;
   for (int step = 0; step < 10; ++step) {
@@ -23,9 +23,9 @@ TEST_CASE("preemption: a signal on the last rank stops every rank at the same st
       break;
     }
   }
-  CHECK(stopped_at == 4);
+  CHECK(stopped_at == 5);  // the first check after step 4: the 6th call
   CHECK(preempt.signalled() == (world.rank() == signalled_rank));
   // Every rank agrees (a max and a min over ranks of the step give the same value).
-  CHECK(distributed::all_reduce_value(stopped_at, distributed::ReduceOp::Max) == 4);
-  CHECK(distributed::all_reduce_value(stopped_at, distributed::ReduceOp::Min) == 4);
+  CHECK(distributed::all_reduce_value(stopped_at, distributed::ReduceOp::Max) == 5);
+  CHECK(distributed::all_reduce_value(stopped_at, distributed::ReduceOp::Min) == 5);
 }

@@ -60,6 +60,7 @@ TEST_CASE("preemption: misuse is refused with a clear error", "[train][preemptio
   CHECK_THROWS_WITH(train::PreemptionHandler({SIGKILL}),
                     Catch::Contains("cannot be a preemption signal"));
   CHECK_THROWS_WITH(train::PreemptionHandler({SIGSEGV}), Catch::Contains("SIGUSR1"));
+  CHECK_THROWS_WITH(train::PreemptionHandler({SIGUSR1}, 0), Catch::Contains("check_every"));
   train::PreemptionHandler h;
   CHECK_THROWS_WITH(train::PreemptionHandler(), Catch::Contains("already installed"));
   // The refused second handler did not take the first one's signals away.
