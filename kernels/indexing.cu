@@ -1,7 +1,7 @@
 // Gathers and scatter-adds by index on CUDA (entry points in src/backend/cuda/indexing.hpp):
 // row takes and row adds over [outer, L, inner] views (index_select, embedding,
 // segment_sum and their gradients), torch.gather / scatter_add along a dim over any strides,
-// one_hot and segment counts.
+// scatter_reduce's amax/amin, one_hot and segment counts.
 //
 // Invariants: index tensors are contiguous int64 on the output's device; one thread per
 // output (gathers) or per source element (scatters), consecutive threads on consecutive
@@ -191,6 +191,43 @@ __global__ void scatter_add_kernel(DimGeom g, T* __restrict__ dst,
   }
 }
 
+// dst = max (or min) of dst and v, NaN winning, by a compare-and-swap on the value's bits
+// (CUDA has no floating atomicMax). The result does not depend on the order of the updates.
+template <class T>
+__device__ __forceinline__ void atomic_extreme(T* p, T v, bool is_max) {
+  using U = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+  U* addr = reinterpret_cast<U*>(p);
+  U old = *addr, assumed;
+  do {
+    assumed = old;
+    T cur;
+    memcpy(&cur, &assumed, sizeof(T));
+    if (cur != cur) return;
+    if (!(v != v || (is_max ? v > cur : v < cur))) return;
+    U bits;
+    memcpy(&bits, &v, sizeof(T));
+    old = atomicCAS(addr, assumed, bits);
+  } while (assumed != old);
+}
+
+template <class T>
+__global__ void scatter_extreme_kernel(DimGeom g, T* __restrict__ dst,
+                                       const int64_t* __restrict__ index, const T* __restrict__ src,
+                                       int64_t n, bool is_max) {
+  DLTRAIN_GRID_STRIDE(i, n) {
+    const int64_t r = index[i];
+    if (r < 0 || r >= g.limit) continue;
+    int64_t rem = i, doff = 0, soff = 0;
+    for (int d = g.nd - 1; d >= 0; --d) {
+      const int64_t c = rem % g.sizes[d];
+      rem /= g.sizes[d];
+      doff += (d == g.dim ? r : c) * g.a[d];
+      soff += c * g.b[d];
+    }
+    atomic_extreme(dst + doff, src[soff], is_max);
+  }
+}
+
 __global__ void one_hot_kernel(const int64_t* __restrict__ index, int64_t n, int64_t C,
                                int64_t* __restrict__ out) {
   DLTRAIN_GRID_STRIDE(i, n) {
@@ -265,6 +302,26 @@ void scatter_add_dim(const Tensor& dst, int64_t dim, const Tensor& index, const 
     scatter_add_kernel<T><<<grid_for(n, kThreads, dev), kThreads, 0, stream(dev)>>>(
         g, mptr<T>(dst), cptr<int64_t>(index), cptr<T>(src), n);
   });
+  check_launch();
+}
+
+void scatter_extreme_dim(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
+                         bool is_max) {
+  const int64_t n = index.numel();
+  if (n == 0) return;
+  const int dev = dst.device().index;
+  Guard guard(dev);
+  const DimGeom g = dim_geom("scatter_reduce", index, dim, dst, &src);
+  auto launch = [&]<class T>() {
+    scatter_extreme_kernel<T><<<grid_for(n, kThreads, dev), kThreads, 0, stream(dev)>>>(
+        g, mptr<T>(dst), cptr<int64_t>(index), cptr<T>(src), n, is_max);
+  };
+  if (dst.dtype() == DType::f32)
+    launch.template operator()<float>();
+  else if (dst.dtype() == DType::f64)
+    launch.template operator()<double>();
+  else
+    DLTRAIN_FAIL("scatter_reduce: the CUDA amax/amin kernel takes f32 or f64, not ", dst.dtype());
   check_launch();
 }
 

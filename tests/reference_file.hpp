@@ -6,6 +6,7 @@
 // file, the record and what was wrong.
 #pragma once
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -43,9 +44,15 @@ inline std::map<std::string, Tensor> read_reference(const std::string& path) {
     std::istringstream vs(values);
     std::vector<double> v;
     v.reserve(static_cast<size_t>(shape_numel(shape)));
-    double d;
-    while (vs >> d) v.push_back(d);
-    DLTRAIN_CHECK(vs.eof(), path, ":", lineno, ": non-numeric value in record '", name, "'");
+    std::string tok;
+    while (vs >> tok) {
+      // strtod, unlike operator>>, reads the "nan" and "inf" that Python's %g writes.
+      char* end = nullptr;
+      const double d = std::strtod(tok.c_str(), &end);
+      DLTRAIN_CHECK(end == tok.c_str() + tok.size(), path, ":", lineno, ": non-numeric value '",
+                    tok, "' in record '", name, "'");
+      v.push_back(d);
+    }
     DLTRAIN_CHECK(static_cast<int64_t>(v.size()) == shape_numel(shape), path, ":", lineno,
                   ": truncated or corrupt record '", name, "': expected ", shape_numel(shape),
                   " values for shape ", shape_str(shape), " but found ", v.size());

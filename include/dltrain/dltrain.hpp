@@ -44,6 +44,7 @@
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/resample.hpp"
 #include "dltrain/ops/shape.hpp"
+#include "dltrain/ops/sort.hpp"
 #include "dltrain/optim/adam.hpp"
 #include "dltrain/optim/clip_grad.hpp"
 #include "dltrain/optim/optimizer.hpp"

@@ -17,6 +17,7 @@
 #include "dltrain/ops/indexing.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -26,41 +27,21 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cuda/indexing.hpp"
 #include "src/ops/common.hpp"
+#include "src/ops/index_util.hpp"
 
 namespace dltrain {
 
 using backend::cpu::cast;
+using detail::check_index;
+using detail::check_index_shape;
+using detail::check_range;
+using detail::device_index;
+using detail::read_index;
 
 namespace {
 
-// Throws unless idx is a defined int64/int32 index tensor.
-void check_index(const char* op, const Tensor& idx, const char* name) {
-  detail::check_defined(op, idx, name);
-  DLTRAIN_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, op, ": '", name,
-                "' must be an index tensor of dtype int64 (or int32) but has dtype ", idx.dtype(),
-                "; convert it with .to(DType::i64)");
-}
-
-// Reads an int64/int32 index tensor as int64 values in row-major order.
-std::vector<int64_t> read_index(const char* op, const Tensor& idx, const char* name) {
-  check_index(op, idx, name);
-  return idx.detach().to_vector<int64_t>();
-}
-
-// An index tensor as the CUDA kernels read it: int64, contiguous (row-major), on its device.
-Tensor device_index(const char* op, const Tensor& idx, const char* name) {
-  check_index(op, idx, name);
-  return idx.detach().to(DType::i64).contiguous();
-}
-
 // The upstream gradient in the input's dtype.
 Tensor grad_as(const Tensor& g, DType dt) { return g.dtype() == dt ? g : g.to(dt); }
-
-void check_range(const char* op, const std::vector<int64_t>& v, int64_t n, const char* what) {
-  for (size_t i = 0; i < v.size(); ++i)
-    DLTRAIN_CHECK(v[i] >= 0 && v[i] < n, op, ": index ", v[i], " at position ", i,
-                  " is out of range for ", what, " of size ", n, "; valid range is [0, ", n, ")");
-}
 
 // Sizes before dim, at dim and after dim.
 struct Split3 {
@@ -188,18 +169,6 @@ void scatter_into(const Tensor& dst, int64_t dim, const std::vector<int64_t>& id
       }
     });
   });
-}
-
-// Checks the shared rules of gather/scatter_add: same ndim, index no larger than `x` outside dim.
-void check_index_shape(const char* op, const Tensor& x, int64_t dim, const Tensor& index) {
-  DLTRAIN_CHECK(index.dim() == x.dim(), op, ": index must have as many dimensions as the input (",
-                x.dim(), ") but has shape ", shape_str(index.shape()), " for input ",
-                shape_str(x.shape()));
-  for (int64_t d = 0; d < x.dim(); ++d)
-    DLTRAIN_CHECK(d == dim || index.size(d) <= x.size(d), op, ": index of shape ",
-                  shape_str(index.shape()), " is larger than the input of shape ",
-                  shape_str(x.shape()), " in dimension ", d, " (only dimension ", dim,
-                  " may differ)");
 }
 
 }  // namespace
@@ -464,6 +433,65 @@ Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_se
   for (int64_t i : ids) count[i] += 1.0;
   for (double& c : count) c = std::max(c, 1.0);
   return div(total, from_vector<double>(count, cshape).to(src.dtype()));
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                 double alpha) {
+  const char* op = "index_add";
+  detail::check_defined(op, x, "input");
+  detail::check_defined(op, src, "src");
+  detail::check_same_device(op, {&x, &index, &src});
+  DLTRAIN_CHECK(x.dim() >= 1, op, ": input must have at least one dimension but is 0-d");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  check_index(op, index, "index");
+  DLTRAIN_CHECK(index.dim() <= 1, op, ": index must be 1-d but has shape ",
+                shape_str(index.shape()), "; flatten it with .reshape({-1})");
+  DLTRAIN_CHECK(x.dtype() != DType::b8, op,
+                ": not defined for bool tensors; convert with .to(DType::i64) or similar");
+  DLTRAIN_CHECK(src.dtype() == x.dtype(), op, ": src has dtype ", src.dtype(),
+                " but the input has ", x.dtype(), "; convert src with .to(", x.dtype(), ")");
+  DLTRAIN_CHECK(is_floating(x.dtype()) || alpha == std::floor(alpha), op, ": alpha ", alpha,
+                " must be a whole number for the integer dtype ", x.dtype());
+  Shape want = x.shape();
+  want[d] = index.numel();
+  DLTRAIN_CHECK(src.shape() == want, op, ": src must have shape ", shape_str(want),
+                " (the input's shape with index.numel() = ", index.numel(), " along dim ", d,
+                ") but has shape ", shape_str(src.shape()));
+  const DType dt = x.dtype();
+  // 16-bit floats accumulate in f32 and round once at the end.
+  const DType acc = dt == DType::f16 || dt == DType::bf16 ? DType::f32 : dt;
+  const Split3 s = split3(x.shape(), d);
+  Tensor out = empty(x.shape(), TensorOptions(acc).with_device(x.device()));
+  Tensor sc, idx;
+  {
+    NoGradGuard ng;
+    out.copy_(x.detach());
+    sc = src.detach().to(acc);
+    if (alpha != 1.0) sc = mul(sc, alpha);
+    sc = sc.contiguous();
+  }
+  if (x.device().is_cuda()) {
+    idx = device_index(op, index, "index");
+    backend::cuda::index_add_rows(out, sc, idx, s.outer, s.L, s.inner, -1);
+  } else {
+    const std::vector<int64_t> iv = read_index(op, index, "index");
+    check_range(op, iv, x.size(d), "the indexed dimension");
+    index_add_rows(out, s, iv, sc, -1, op);
+    idx = index.detach().to(DType::i64);
+  }
+  if (acc != dt) out = out.to(dt);
+  autograd::record(op, {x, src}, {out},
+                   [idx, d, alpha, rx = x.requires_grad(),
+                    rs = src.requires_grad()](const std::vector<Tensor>& g) {
+                     Tensor gx, gs;
+                     if (rx) gx = g[0];
+                     if (rs) {
+                       gs = index_select(g[0], d, idx);
+                       if (alpha != 1.0) gs = mul(gs, alpha);
+                     }
+                     return std::vector<Tensor>{gx, gs};
+                   });
+  return out;
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {

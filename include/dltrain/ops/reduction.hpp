@@ -27,6 +27,25 @@ Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+/// log(sum(exp(x))) over `dims` (empty: all), computed as m + log(sum(exp(x - m))) with m the
+/// maximum (infinite maxima replaced by 0, as PyTorch). Floating x.
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+/// Inclusive cumulative sum along dim; integer and bool inputs give int64. Floating sums
+/// accumulate in double on the CPU and in float (double for f64) on CUDA, one line per thread.
+Tensor cumsum(const Tensor& x, int64_t dim);
+/// Product of all elements (0-d); integer and bool inputs give int64.
+Tensor prod(const Tensor& x);
+/// Product over one dim. The gradient is g * (product of the other elements of the line),
+/// exact with zeros.
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Vector p-norm over `dims` (empty: all): p = 2 (default), 1, any p > 1, INFINITY (max |x|),
+/// or 0 (count of non-zeros, no gradient). Floating x; 16-bit inputs compute in f32 and
+/// return their dtype. Gradients as torch.linalg.vector_norm (0 where the norm is 0; for
+/// INFINITY split between the elements reaching the maximum).
+Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
+/// Whether any / all elements are non-zero (NaN is non-zero) over `dims` (empty: all); bool.
+Tensor any(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor all(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 /// Sums `x` down to `shape` (the inverse of broadcasting; used by backward formulas).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 

@@ -19,4 +19,17 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 /// `chunks` nearly equal views along dim (torch.chunk semantics).
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
+/// x tiled `repeats[d]` times along each dim (torch.repeat): repeats may have more entries
+/// than x has dims (x gets leading size-1 dims). A copy; the gradient sums the tiles.
+Tensor repeat(const Tensor& x, const Shape& repeats);
+/// x reversed along each of `dims` (a copy).
+Tensor flip(const Tensor& x, const Shape& dims);
+/// x shifted cyclically by shifts[i] along dims[i] (torch.roll); with dims empty, x is
+/// flattened, rolled by the one shift and reshaped back.
+Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims = {});
+/// The lower / upper triangle of the last two dims (elements with col - row <= diagonal for
+/// tril, >= diagonal for triu), zeros elsewhere; any dtype, batched over leading dims.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+
 }  // namespace dltrain

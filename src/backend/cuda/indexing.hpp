@@ -29,6 +29,11 @@ void gather_dim(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& i
 /// dst[c with coordinate `dim` replaced by index[c]] += src[c]; src any strides, at least
 /// index's size in every dim; same numeric dtype as dst.
 void scatter_add_dim(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src);
+/// scatter_reduce's amax/amin into dst (contiguous, f32 or f64): for every position c of index
+/// (contiguous), dst[c with coordinate `dim` replaced by index[c]] = max (or min) of itself and
+/// src[c]; src any strides, same dtype. NaN wins (propagates), as on the CPU.
+void scatter_extreme_dim(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
+                         bool is_max);
 /// out (int64 [n, num_classes], contiguous, zeroed here): out[i, index[i]] = 1.
 void one_hot(const Tensor& out, const Tensor& index, int64_t num_classes);
 /// counts[s] = max(1, number of e with ids[e] == s) for s < num_segments, converted to

@@ -18,6 +18,9 @@ void gather_dim(const Tensor&, const Tensor&, int64_t, const Tensor&) {
 void scatter_add_dim(const Tensor&, int64_t, const Tensor&, const Tensor&) {
   unavailable("scatter_add on a CUDA tensor");
 }
+void scatter_extreme_dim(const Tensor&, int64_t, const Tensor&, const Tensor&, bool) {
+  unavailable("scatter_reduce on a CUDA tensor");
+}
 void one_hot(const Tensor&, const Tensor&, int64_t) { unavailable("one_hot on a CUDA tensor"); }
 void segment_counts(const Tensor&, const Tensor&, int64_t) {
   unavailable("segment_mean on a CUDA tensor");
