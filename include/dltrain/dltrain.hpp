@@ -15,6 +15,7 @@
 #include "dltrain/core/tensor.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/dataset.hpp"
+#include "dltrain/data/graph.hpp"
 #include "dltrain/data/device_prefetcher.hpp"
 #include "dltrain/data/idx.hpp"
 #include "dltrain/data/image.hpp"

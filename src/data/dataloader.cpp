@@ -119,6 +119,8 @@ struct DataLoader::Epoch {
     if (pin_memory) {
       if (b.data.defined() && b.data.device().is_cpu()) b.data = b.data.pin_memory();
       if (b.target.defined() && b.target.device().is_cpu()) b.target = b.target.pin_memory();
+      for (auto& f : b.fields)
+        if (f.second.defined() && f.second.device().is_cpu()) f.second = f.second.pin_memory();
     }
     return b;
   }

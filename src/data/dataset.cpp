@@ -16,6 +16,32 @@
 
 namespace dltrain::data {
 
+const Tensor& Batch::field(const std::string& name) const {
+  for (const auto& [n, t] : fields)
+    if (n == name) return t;
+  std::string have;
+  for (const auto& f : fields) have += (have.empty() ? "" : ", ") + f.first;
+  DLTRAIN_FAIL("Batch: no field '", name, "'; the batch has ",
+               have.empty() ? std::string("no fields") : "the fields " + have,
+               " (a dataset's get_batch sets them, e.g. GraphDataset)");
+}
+
+bool Batch::has_field(const std::string& name) const {
+  for (const auto& f : fields)
+    if (f.first == name) return true;
+  return false;
+}
+
+Batch& Batch::set_field(const std::string& name, Tensor t) {
+  for (auto& f : fields)
+    if (f.first == name) {
+      f.second = std::move(t);
+      return *this;
+    }
+  fields.emplace_back(name, std::move(t));
+  return *this;
+}
+
 Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
   DLTRAIN_CHECK(!indices.empty(), "Dataset::get_batch: the index list is empty");
   std::vector<Tensor> xs, ys;

@@ -56,6 +56,9 @@ struct DevicePrefetcher::State {
     s.alloc = compute;
     s.dev.data = alloc_like(s.host.data, device);  // allocated (and later freed) on compute
     s.dev.target = alloc_like(s.host.target, device);
+    s.dev.num_samples = s.host.num_samples;
+    for (const auto& f : s.host.fields)
+      s.dev.fields.emplace_back(f.first, alloc_like(f.second, device));
     cuda::Event allocated;
     allocated.record(compute);
     allocated.wait(*copy_stream);
@@ -63,6 +66,9 @@ struct DevicePrefetcher::State {
       cuda::StreamGuard sg(*copy_stream);
       if (s.dev.data.defined()) s.dev.data.copy_(s.host.data, /*non_blocking=*/true);
       if (s.dev.target.defined()) s.dev.target.copy_(s.host.target, /*non_blocking=*/true);
+      for (size_t i = 0; i < s.host.fields.size(); ++i)
+        if (s.dev.fields[i].second.defined())
+          s.dev.fields[i].second.copy_(s.host.fields[i].second, /*non_blocking=*/true);
     }
     s.ready.emplace();
     s.ready->record(*copy_stream);

@@ -52,6 +52,16 @@ std::vector<std::shared_ptr<Module>> ModuleList::modules() const {
   return out;
 }
 
+namespace detail {
+void chain_not_one_tensor(const std::string& tree) {
+  DLTRAIN_FAIL(
+      "Chain::forward(const Tensor&): this chain does not map one tensor to one tensor, "
+      "so it cannot run through the one-tensor Module interface (Sequential, DDP); call "
+      "it with operator() for its typed result. The chain:\n",
+      tree);
+}
+}  // namespace detail
+
 ModuleDict& ModuleDict::insert(const std::string& key, std::shared_ptr<Module> m) {
   add_child(key, std::move(m));
   return *this;

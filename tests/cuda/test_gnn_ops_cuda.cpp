@@ -3,7 +3,8 @@
 // norm, sort/argsort/topk (ties, NaN, lines long enough for CUB's large-segment path), any,
 // all, nonzero, repeat, flip, roll, tril, triu. Every output (indices exactly) and every input
 // gradient from the same inputs: f32, f64, and f16/bf16 against the CPU's f32 result of the
-// same rounded inputs. Errors are measured relative to the largest reference value.
+// same rounded inputs. Errors are measured relative to the largest reference value. Also: graph
+// batches (data::GraphDataset) pinned by the DataLoader and copied by DevicePrefetcher.
 // GPU-only: without a GPU tests/cuda/main.cpp exits with ctest's skip code.
 #include <catch2/catch.hpp>
 
@@ -238,4 +239,37 @@ TEST_CASE("any, all, nonzero, repeat, flip, roll, tril, triu on CUDA match the C
     check_all("tril " + std::to_string(k), one([k](const V& v) { return tril(v[0], k); }), {x});
     check_all("triu " + std::to_string(k), one([k](const V& v) { return triu(v[0], k); }), {x});
   }
+}
+
+TEST_CASE("graph batches reach the GPU with every field (pinned, DevicePrefetcher)",
+          "[cuda][gpu]") {
+  std::vector<data::Graph> gs;
+  for (int64_t k = 0; k < 5; ++k) {
+    const int64_t N = 3 + k;
+    gs.push_back({rnd({N, 4}, 70 + static_cast<uint64_t>(k)), rnd_index({2, 2 * N}, N, 80),
+                  rnd({2 * N, 2}, 90), rnd({2 * N}, 95)});
+  }
+  auto ds = std::make_shared<data::GraphDataset>(gs);
+  data::DataLoader loader(ds, {.batch_size = 2, .num_workers = 1, .pin_memory = true});
+  std::vector<data::Batch> host;
+  for (const data::Batch& b : loader) {
+    CHECK(b.field("edge_index").is_pinned());
+    host.push_back(b);
+  }
+  size_t i = 0;
+  for (const data::Batch& b : data::DevicePrefetcher(loader, kCuda)) {
+    REQUIRE(i < host.size());
+    CHECK(b.size() == host[i].size());
+    REQUIRE(b.fields.size() == host[i].fields.size());
+    for (size_t f = 0; f < b.fields.size(); ++f) {
+      INFO(b.fields[f].first);
+      CHECK(b.fields[f].second.device() == kCuda);
+      check_close(b.fields[f].second.to(Device::cpu()), host[i].fields[f].second, 0, 0,
+                  "graph batch field");
+    }
+    const data::GraphBatch g = data::GraphBatch::from(b);
+    CHECK(segment_softmax(g.x, g.batch, g.num_graphs).device() == kCuda);
+    ++i;
+  }
+  CHECK(i == host.size());
 }

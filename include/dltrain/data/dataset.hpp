@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dltrain/core/tensor.hpp"
@@ -24,12 +26,25 @@ struct Example {
 };
 
 /// A batch of samples stacked along a new leading dimension: data [B, ...] and
-/// target [B, ...] (undefined when the dataset has no targets).
+/// target [B, ...] (undefined when the dataset has no targets). Batches that are more than
+/// {data, target} (a graph batch: edge indices, the node-to-graph vector, ...) carry the rest
+/// as named `fields`; DataLoader pins them and DevicePrefetcher copies them exactly as data and
+/// target, so a dataset's get_batch is the collate function (see data/graph.hpp).
 struct Batch {
   Tensor data;
   Tensor target;
-  /// Number of samples in the batch (data.size(0)).
-  int64_t size() const { return data.size(0); }
+  /// Further named tensors, in insertion order (names unique).
+  std::vector<std::pair<std::string, Tensor>> fields{};
+  /// Number of samples when it is not data.size(0) (a graph batch's graphs, not its nodes);
+  /// -1: data.size(0).
+  int64_t num_samples = -1;
+  /// Number of samples in the batch (num_samples when set, else data.size(0)).
+  int64_t size() const { return num_samples >= 0 ? num_samples : data.size(0); }
+  /// The field `name`; throws dltrain::Error listing the fields present when absent.
+  const Tensor& field(const std::string& name) const;
+  bool has_field(const std::string& name) const;
+  /// Sets field `name` (replacing one of that name, else appending); returns *this.
+  Batch& set_field(const std::string& name, Tensor t);
 };
 
 /// Abstract indexable dataset. Implementations override size() and get(), and
