@@ -4,11 +4,18 @@
 //
 // Launch geometry: one thread per (outer, inner) line of a contiguous [outer, L, inner]
 // tensor, consecutive threads on consecutive inner positions, so for inner > 1 every step
-// of the walk along L is one coalesced load and store per warp. A reduction over the last
-// dim (inner = 1) walks each line serially in one thread: simple and exact in order (the same
-// order as the CPU), but uncoalesced and sequential; a block-wide scan (cub::BlockScan) for
-// long last-dim lines is the follow-up if it shows up in a profile. Floating lines
+// of the walk along L is one coalesced load and store per warp. Cumulative sums over the last
+// dim (inner = 1) of long lines (L >= kLongLine) would be one serial thread per line, so they
+// take CUB instead: one line of f32/f64/int64 (a 1-d cumsum, nonzero's mask) is one
+// device-wide cub::DeviceScan::InclusiveSum (reversed through thrust's reverse_iterator for
+// the gradient), several lines (or a 16-bit line) one block per line running cub::BlockScan
+// over chunks with a carry. Products and short lines keep the serial walk. Floating lines
 // accumulate in acc_t (float for f16/bf16/f32, double for f64), integers in int64.
+#include <thrust/iterator/reverse_iterator.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+
 #include "kernels/common.cuh"
 #include "src/backend/cuda/scan.hpp"
 
@@ -17,6 +24,8 @@ namespace dltrain::backend::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kScanThreads = 256;
+constexpr int64_t kLongLine = 512;
 
 struct ShapeArg {
   int64_t v[kMaxDims];
@@ -73,6 +82,46 @@ __global__ void line_kernel(const T* __restrict__ x, T* __restrict__ out, int64_
   }
 }
 
+// Inclusive (or reverse inclusive) sums of lines of L contiguous elements, one block per line.
+template <class T>
+__global__ void block_scan_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t lines,
+                                  int64_t L, bool reverse) {
+  using A = acc_t<T>;
+  using BlockScan = cub::BlockScan<A, kScanThreads>;
+  __shared__ typename BlockScan::TempStorage tmp;
+  for (int64_t line = blockIdx.x; line < lines; line += gridDim.x) {
+    const T* xl = x + line * L;
+    T* ol = out + line * L;
+    A carry = A(0);
+    for (int64_t base = 0; base < L; base += kScanThreads) {
+      const int64_t k = base + threadIdx.x;
+      const int64_t pos = reverse ? L - 1 - k : k;
+      const A v = k < L ? convert<A>(xl[pos]) : A(0);
+      A incl, total;
+      BlockScan(tmp).InclusiveSum(v, incl, total);
+      if (k < L) ol[pos] = convert<T>(carry + incl);
+      carry = carry + total;
+      __syncthreads();  // tmp is reused by the next chunk
+    }
+  }
+}
+
+// One line of n elements scanned by CUB's device-wide scan; temporary storage from the pool.
+template <class T>
+void device_scan(const Tensor& out, const T* x, T* o, int64_t n, bool reverse, int dev) {
+  auto call = [&](void* tmp, size_t& bytes) {
+    if (reverse)
+      return cub::DeviceScan::InclusiveSum(tmp, bytes, thrust::make_reverse_iterator(x + n),
+                                           thrust::make_reverse_iterator(o + n), n, stream(dev));
+    return cub::DeviceScan::InclusiveSum(tmp, bytes, x, o, n, stream(dev));
+  };
+  size_t bytes = 0;
+  DLTRAIN_CUDA_CHECK(call(nullptr, bytes));
+  Tensor tmp =
+      empty({static_cast<int64_t>(bytes) + 1}, TensorOptions(DType::u8).with_device(out.device()));
+  DLTRAIN_CUDA_CHECK(call(tmp.data_ptr(), bytes));
+}
+
 __global__ void nonzero_kernel(const bool* __restrict__ mask, const int64_t* __restrict__ csum,
                                int64_t n, int nd, ShapeArg shape, int64_t* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -95,9 +144,24 @@ void line_scan(const Tensor& out, const Tensor& x, int64_t outer, int64_t L, int
   if (lines == 0) return;
   const int dev = out.device().index;
   Guard guard(dev);
+  const bool sum = op == LineOp::CumSum || op == LineOp::CumSumReverse;
+  const bool reverse = op == LineOp::CumSumReverse;
   auto launch = [&]<class T>() {
-    line_kernel<T><<<grid_for(lines, kThreads, dev), kThreads, 0, stream(dev)>>>(
-        static_cast<const T*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), outer, L, inner, op);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op_ = static_cast<T*>(out.data_ptr());
+    if (sum && inner == 1 && L >= kLongLine) {
+      if constexpr (std::is_same_v<acc_t<T>, T>) {
+        if (outer == 1) {
+          device_scan<T>(out, xp, op_, L, reverse, dev);
+          return;
+        }
+      }
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outer, 65535));
+      block_scan_kernel<T><<<blocks, kScanThreads, 0, stream(dev)>>>(xp, op_, outer, L, reverse);
+      return;
+    }
+    line_kernel<T><<<grid_for(lines, kThreads, dev), kThreads, 0, stream(dev)>>>(xp, op_, outer, L,
+                                                                                 inner, op);
   };
   if (x.dtype() == DType::i64)
     launch.template operator()<int64_t>();

@@ -162,6 +162,13 @@ TEST_CASE("logsumexp, cumsum, prod and norm on CUDA match the CPU", "[cuda][gpu]
   check_all("logsumexp all", one([](const V& v) { return logsumexp(v[0], {}); }), {x});
   check_all("cumsum dim 0", one([](const V& v) { return cumsum(v[0], 0); }), {x});
   check_all("cumsum last dim", one([](const V& v) { return cumsum(v[0], -1); }), {x});
+  // Long last-dim lines: CUB's block scan (several lines) and device-wide scan (one line),
+  // forward and reverse (the gradient).
+  check_all("cumsum long lines", one([](const V& v) { return cumsum(v[0], 1); }),
+            {rnd({3, 5000}, 24)});
+  check_all("cumsum 1-d", one([](const V& v) { return cumsum(v[0], 0); }), {rnd({70000}, 25)});
+  check("cumsum int64 1-d", one([](const V& v) { return cumsum(v[0], 0); }),
+        {rnd_index({70000}, 9, 26)}, DType::f32);
   Tensor xp = add(rnd({5, 9, 4}, 22, 0.3), 1.0);
   xp.select(0, 1).select(0, 3).fill_(0.0);
   xp.select(0, 2).select(0, 0).fill_(0.0);
@@ -229,6 +236,8 @@ TEST_CASE("any, all, nonzero, repeat, flip, roll, tril, triu on CUDA match the C
       },
       {sparse}, DType::f32);
   check("nonzero", one([](const V& v) { return nonzero(v[0]); }), {sparse}, DType::f32);
+  check("nonzero large", one([](const V& v) { return nonzero(v[0]); }),
+        {gt(rnd({300, 1000}, 62), 2.0).to(DType::f32)}, DType::f32);
   check("nonzero empty", one([](const V& v) { return nonzero(v[0]); }), {zeros({3, 2})},
         DType::f32);
   check_all("repeat", one([](const V& v) { return repeat(v[0], {2, 1, 1, 3}); }), {x});
