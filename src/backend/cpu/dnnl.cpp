@@ -101,15 +101,119 @@ memory as_layout(const memory& user, const memory::desc& want) {
   return m;
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const memory::desc& src,
-                                                     const memory::desc& wei,
-                                                     const memory::desc& bias,
-                                                     const memory::desc& dst,
-                                                     const DnnlConvShape& s) {
+// --- oneDNN 2.x and 3.x ------------------------------------------------------------------
+// The only API differences dltrain meets: 2.x builds an operation descriptor and then its
+// primitive descriptor, 3.x (descriptors folded into primitive descriptors) takes the same
+// arguments, engine first, in one constructor; 3.x pooling always takes a dilation; and the
+// batch-norm backward's arguments differ by one. Every primitive descriptor is made here, so
+// the rest of this file is the same for both.
+using ConvFwdPd = dnnl::convolution_forward::primitive_desc;
+using ConvBwdDataPd = dnnl::convolution_backward_data::primitive_desc;
+using ConvBwdWeightsPd = dnnl::convolution_backward_weights::primitive_desc;
+using BnFwdPd = dnnl::batch_normalization_forward::primitive_desc;
+using BnBwdPd = dnnl::batch_normalization_backward::primitive_desc;
+using PoolFwdPd = dnnl::pooling_forward::primitive_desc;
+using PoolBwdPd = dnnl::pooling_backward::primitive_desc;
+
+#if DNNL_VERSION_MAJOR >= 3
+// 3.x refuses arguments a primitive does not read; 2.x's batch-norm backward refuses to run
+// without DNNL_ARG_SHIFT although it does not read it.
+constexpr bool kBnBackwardTakesShift = false;
+
+ConvFwdPd conv_fwd_pd(const memory::desc& src, const memory::desc& wei, const memory::desc& bias,
+                      const memory::desc& dst, const memory::dims& st, const memory::dims& di,
+                      const memory::dims& pl, const memory::dims& pr) {
+  return ConvFwdPd(engine(), dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                   src, wei, bias, dst, st, di, pl, pr);
+}
+ConvBwdDataPd conv_bwd_data_pd(const memory::desc& dsrc, const memory::desc& wei,
+                               const memory::desc& ddst, const memory::dims& st,
+                               const memory::dims& di, const memory::dims& pl,
+                               const memory::dims& pr, const ConvFwdPd& hint) {
+  return ConvBwdDataPd(engine(), dnnl::algorithm::convolution_direct, dsrc, wei, ddst, st, di, pl,
+                       pr, hint);
+}
+ConvBwdWeightsPd conv_bwd_weights_pd(const memory::desc& src, const memory::desc& dwei,
+                                     const memory::desc& dbias, const memory::desc& ddst,
+                                     const memory::dims& st, const memory::dims& di,
+                                     const memory::dims& pl, const memory::dims& pr,
+                                     const ConvFwdPd& hint) {
+  return ConvBwdWeightsPd(engine(), dnnl::algorithm::convolution_direct, src, dwei, dbias, ddst, st,
+                          di, pl, pr, hint);
+}
+BnFwdPd bn_fwd_pd(const memory::desc& x, float eps, dnnl::normalization_flags f) {
+  return BnFwdPd(engine(), dnnl::prop_kind::forward_training, x, x, eps, f);
+}
+BnBwdPd bn_bwd_pd(const memory::desc& x, float eps, dnnl::normalization_flags f,
+                  const BnFwdPd& hint) {
+  return BnBwdPd(engine(), dnnl::prop_kind::backward, x, x, x, eps, f, hint);
+}
+PoolFwdPd pool_fwd_pd(dnnl::algorithm alg, const memory::desc& src, const memory::desc& dst,
+                      const memory::dims& st, const memory::dims& k, const memory::dims& pl,
+                      const memory::dims& pr) {
+  return PoolFwdPd(engine(), dnnl::prop_kind::forward_training, alg, src, dst, st, k, {0, 0}, pl,
+                   pr);
+}
+PoolBwdPd pool_bwd_pd(dnnl::algorithm alg, const memory::desc& dsrc, const memory::desc& ddst,
+                      const memory::dims& st, const memory::dims& k, const memory::dims& pl,
+                      const memory::dims& pr, const PoolFwdPd& hint) {
+  return PoolBwdPd(engine(), alg, dsrc, ddst, st, k, {0, 0}, pl, pr, hint);
+}
+#else
+constexpr bool kBnBackwardTakesShift = true;
+
+ConvFwdPd conv_fwd_pd(const memory::desc& src, const memory::desc& wei, const memory::desc& bias,
+                      const memory::desc& dst, const memory::dims& st, const memory::dims& di,
+                      const memory::dims& pl, const memory::dims& pr) {
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                    dnnl::algorithm::convolution_direct, src, wei, bias, dst,
-                                    strides(s), dilates(s), pad_l(s), pad_r(s));
-  return dnnl::convolution_forward::primitive_desc(d, engine());
+                                    dnnl::algorithm::convolution_direct, src, wei, bias, dst, st,
+                                    di, pl, pr);
+  return ConvFwdPd(d, engine());
+}
+ConvBwdDataPd conv_bwd_data_pd(const memory::desc& dsrc, const memory::desc& wei,
+                               const memory::desc& ddst, const memory::dims& st,
+                               const memory::dims& di, const memory::dims& pl,
+                               const memory::dims& pr, const ConvFwdPd& hint) {
+  dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, dsrc, wei, ddst, st,
+                                          di, pl, pr);
+  return ConvBwdDataPd(d, engine(), hint);
+}
+ConvBwdWeightsPd conv_bwd_weights_pd(const memory::desc& src, const memory::desc& dwei,
+                                     const memory::desc& dbias, const memory::desc& ddst,
+                                     const memory::dims& st, const memory::dims& di,
+                                     const memory::dims& pl, const memory::dims& pr,
+                                     const ConvFwdPd& hint) {
+  dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, dwei, dbias,
+                                             ddst, st, di, pl, pr);
+  return ConvBwdWeightsPd(d, engine(), hint);
+}
+BnFwdPd bn_fwd_pd(const memory::desc& x, float eps, dnnl::normalization_flags f) {
+  dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, x, eps, f);
+  return BnFwdPd(d, engine());
+}
+BnBwdPd bn_bwd_pd(const memory::desc& x, float eps, dnnl::normalization_flags f,
+                  const BnFwdPd& hint) {
+  dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, x, x, eps, f);
+  return BnBwdPd(d, engine(), hint);
+}
+PoolFwdPd pool_fwd_pd(dnnl::algorithm alg, const memory::desc& src, const memory::desc& dst,
+                      const memory::dims& st, const memory::dims& k, const memory::dims& pl,
+                      const memory::dims& pr) {
+  dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_training, alg, src, dst, st, k, pl, pr);
+  return PoolFwdPd(d, engine());
+}
+PoolBwdPd pool_bwd_pd(dnnl::algorithm alg, const memory::desc& dsrc, const memory::desc& ddst,
+                      const memory::dims& st, const memory::dims& k, const memory::dims& pl,
+                      const memory::dims& pr, const PoolFwdPd& hint) {
+  dnnl::pooling_backward::desc d(alg, dsrc, ddst, st, k, pl, pr);
+  return PoolBwdPd(d, engine(), hint);
+}
+#endif
+// ------------------------------------------------------------------------------------------
+
+ConvFwdPd forward_pd(const memory::desc& src, const memory::desc& wei, const memory::desc& bias,
+                     const memory::desc& dst, const DnnlConvShape& s) {
+  return conv_fwd_pd(src, wei, bias, dst, strides(s), dilates(s), pad_l(s), pad_r(s));
 }
 
 memory::desc any_weights(const DnnlConvShape& s, DType dt) {
@@ -294,10 +398,8 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
       const Key key = Key('D').add(xd).add(gy).add(*gx).add(s);
       auto c = cached<ConvBwdData::pd_type, dnnl::convolution_backward_data>(key, [&] {
         const ConvFwd f = conv_forward(xd, gy, s, false, x.dtype());
-        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, act_desc(*gx),
-                                                any_weights(s, x.dtype()), ddst, strides(s),
-                                                dilates(s), pad_l(s), pad_r(s));
-        return dnnl::convolution_backward_data::primitive_desc(d, engine(), f.pd);
+        return conv_bwd_data_pd(act_desc(*gx), any_weights(s, x.dtype()), ddst, strides(s),
+                                dilates(s), pad_l(s), pad_r(s), f.pd);
       });
       if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-data for this case");
       memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
@@ -311,11 +413,9 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
       const Key key = Key('W').add(xd).add(gy).add(*gw).add(s).add(int64_t{gb != nullptr});
       auto c = cached<ConvBwdWeights::pd_type, dnnl::convolution_backward_weights>(key, [&] {
         const ConvFwd f = conv_forward(xd, gy, s, gb != nullptr, w.dtype());
-        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src,
-                                                   any_weights(s, w.dtype()),
-                                                   bias_desc(gb != nullptr, w.dtype(), s), ddst,
-                                                   strides(s), dilates(s), pad_l(s), pad_r(s));
-        return dnnl::convolution_backward_weights::primitive_desc(d, engine(), f.pd);
+        return conv_bwd_weights_pd(src, any_weights(s, w.dtype()),
+                                   bias_desc(gb != nullptr, w.dtype(), s), ddst, strides(s),
+                                   dilates(s), pad_l(s), pad_r(s), f.pd);
       });
       if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-weights for this case");
       memory guser(weight_desc(*gw, s), engine(), gw->data_ptr());
@@ -355,11 +455,8 @@ bool bn_dtype_ok(const Tensor& x) { return x.dtype() == DType::f32 || x.dtype() 
 
 std::optional<BnFwd> bn_forward(const Tensor& x, float eps) {
   const Key key = Key('B').add(x).add(static_cast<int64_t>(std::bit_cast<uint32_t>(eps)));
-  return cached<BnFwd::pd_type, dnnl::batch_normalization_forward>(key, [&] {
-    dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, act_desc(x), eps,
-                                              scale_shift());
-    return jit_only(dnnl::batch_normalization_forward::primitive_desc(d, engine()));
-  });
+  return cached<BnFwd::pd_type, dnnl::batch_normalization_forward>(
+      key, [&] { return jit_only(bn_fwd_pd(act_desc(x), eps, scale_shift())); });
 }
 
 std::optional<BnBwd> bn_backward(const Tensor& x, float eps) {
@@ -367,9 +464,7 @@ std::optional<BnBwd> bn_backward(const Tensor& x, float eps) {
   return cached<BnBwd::pd_type, dnnl::batch_normalization_backward>(key, [&] {
     const auto f = bn_forward(x, eps);
     if (!f) throw dnnl::error(dnnl_unimplemented, "no batch norm forward");
-    dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, act_desc(x), act_desc(x),
-                                               eps, scale_shift());
-    return jit_only(dnnl::batch_normalization_backward::primitive_desc(d, engine(), f->pd));
+    return jit_only(bn_bwd_pd(act_desc(x), eps, scale_shift(), f->pd));
   });
 }
 
@@ -410,16 +505,13 @@ bool dnnl_batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& s
   gscale = empty({C}, f32);
   gshift = empty({C}, f32);
   const memory::desc stat = c->pd.mean_desc();
-  c->prim.execute(stream(),
-                  {{DNNL_ARG_SRC, mem(c->pd.src_desc(), x)},
-                   {DNNL_ARG_DIFF_DST, mem(c->pd.diff_dst_desc(), gy)},
-                   {DNNL_ARG_SCALE, mem(stat, scale)},
-                   {DNNL_ARG_SHIFT, mem(stat, scale)},  // unread; 2.6 refuses to run without it
-                   {DNNL_ARG_MEAN, mem(stat, mean)},
-                   {DNNL_ARG_VARIANCE, mem(stat, var)},
-                   {DNNL_ARG_DIFF_SRC, mem(c->pd.diff_src_desc(), gx)},
-                   {DNNL_ARG_DIFF_SCALE, mem(stat, gscale)},
-                   {DNNL_ARG_DIFF_SHIFT, mem(stat, gshift)}});
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(c->pd.src_desc(), x)}, {DNNL_ARG_DIFF_DST, mem(c->pd.diff_dst_desc(), gy)},
+      {DNNL_ARG_SCALE, mem(stat, scale)},       {DNNL_ARG_MEAN, mem(stat, mean)},
+      {DNNL_ARG_VARIANCE, mem(stat, var)},      {DNNL_ARG_DIFF_SRC, mem(c->pd.diff_src_desc(), gx)},
+      {DNNL_ARG_DIFF_SCALE, mem(stat, gscale)}, {DNNL_ARG_DIFF_SHIFT, mem(stat, gshift)}};
+  if (kBnBackwardTakesShift) args.emplace(DNNL_ARG_SHIFT, mem(stat, scale));  // unread
+  c->prim.execute(stream(), args);
   stream().wait();
   return true;
 }
@@ -459,10 +551,9 @@ std::optional<PoolFwd> pool_forward(const DnnlPoolShape& s, DnnlPool k, DType dt
   return cached<PoolFwd::pd_type, dnnl::pooling_forward>(pool_key('P', s, k, dt), [&] {
     const memory::dims pr{(s.Ho - 1) * s.sh + s.kh - s.H - s.ph,
                           (s.Wo - 1) * s.sw + s.kw - s.W - s.pw};
-    dnnl::pooling_forward::desc d(
-        dnnl::prop_kind::forward_training, pool_alg(k), pool_desc(s.N, s.C, s.H, s.W, dt, cl),
-        pool_desc(s.N, s.C, s.Ho, s.Wo, dt, cl), {s.sh, s.sw}, {s.kh, s.kw}, {s.ph, s.pw}, pr);
-    return jit_only(dnnl::pooling_forward::primitive_desc(d, engine()));
+    return jit_only(pool_fwd_pd(pool_alg(k), pool_desc(s.N, s.C, s.H, s.W, dt, cl),
+                                pool_desc(s.N, s.C, s.Ho, s.Wo, dt, cl), {s.sh, s.sw}, {s.kh, s.kw},
+                                {s.ph, s.pw}, pr));
   });
 }
 
@@ -472,10 +563,9 @@ std::optional<PoolBwd> pool_backward(const DnnlPoolShape& s, DnnlPool k, DType d
     if (!f) throw dnnl::error(dnnl_unimplemented, "no pooling forward");
     const memory::dims pr{(s.Ho - 1) * s.sh + s.kh - s.H - s.ph,
                           (s.Wo - 1) * s.sw + s.kw - s.W - s.pw};
-    dnnl::pooling_backward::desc d(pool_alg(k), pool_desc(s.N, s.C, s.H, s.W, dt, cl),
-                                   pool_desc(s.N, s.C, s.Ho, s.Wo, dt, cl), {s.sh, s.sw},
-                                   {s.kh, s.kw}, {s.ph, s.pw}, pr);
-    return jit_only(dnnl::pooling_backward::primitive_desc(d, engine(), f->pd));
+    return jit_only(pool_bwd_pd(pool_alg(k), pool_desc(s.N, s.C, s.H, s.W, dt, cl),
+                                pool_desc(s.N, s.C, s.Ho, s.Wo, dt, cl), {s.sh, s.sw}, {s.kh, s.kw},
+                                {s.ph, s.pw}, pr, f->pd));
   });
 }
 
