@@ -109,6 +109,7 @@ struct DistributedDataParallel::Reducer
   };
   struct Bucket {
     Tensor buffer;
+    Tensor wire;  // the 16-bit copy that is reduced (gradient_compression), else undefined
     std::vector<size_t> params;
     size_t pending = 0;
     Work work;
@@ -170,7 +171,17 @@ struct DistributedDataParallel::Reducer
   void launch_in_order() {
     while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
       Bucket& b = buckets[next_bucket++];
-      if (!solo()) b.work = group->all_reduce(b.buffer, ReduceOp::Avg);
+      if (solo()) {
+      } else if (b.wire.defined()) {
+        // Divide before the cast (fp16_compress_hook's order: the sum of the ranks' shares
+        // stays in the inputs' range, no f16 overflow from the sum alone); the bucket is
+        // overwritten by the result anyway.
+        mul_(b.buffer, 1.0 / group->size());
+        b.wire.copy_(b.buffer);
+        b.work = group->all_reduce(b.wire, ReduceOp::Sum);
+      } else {
+        b.work = group->all_reduce(b.buffer, ReduceOp::Avg);
+      }
       b.launched = true;
     }
   }
@@ -207,6 +218,9 @@ struct DistributedDataParallel::Reducer
     const auto t0 = std::chrono::steady_clock::now();
     wait_launched();
     last_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!solo())
+      for (Bucket& b : buckets)
+        if (b.wire.defined()) b.buffer.copy_(b.wire);
     for (size_t i = 0; i < params.size(); ++i) {
       Param& p = params[i];
       Tensor g = p.tensor.grad();
@@ -273,6 +287,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   DLTRAIN_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
                 "DistributedDataParallel: bucket caps must be positive, got ",
                 options_.first_bucket_cap_mb, " and ", options_.bucket_cap_mb, " MiB");
+  DLTRAIN_CHECK(!options_.gradient_compression || *options_.gradient_compression == DType::bf16 ||
+                    *options_.gradient_compression == DType::f16,
+                "DistributedDataParallel: gradient_compression must be DType::bf16 or DType::f16 "
+                "(or nullopt for full precision), got ",
+                options_.gradient_compression.value_or(DType::f32));
   group_ = options_.group ? options_.group : &default_group();
   ProcessGroup& g = *group_;
 
@@ -358,6 +377,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
       r.params[pi].view = bucket_view(bucket.buffer, offset, r.params[pi].tensor);
       bucket.params.push_back(pi);
     }
+    const DType dt = bucket_key[b].first;
+    if (options_.gradient_compression && g.size() > 1 && (dt == DType::f32 || dt == DType::f64))
+      bucket.wire = zeros(
+          {numel}, TensorOptions(*options_.gradient_compression).with_device(bucket_key[b].second));
     r.buckets.push_back(std::move(bucket));
   }
   r.ready.assign(r.params.size(), 0);
@@ -393,7 +416,11 @@ DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->sync = pre
 std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::buckets() const {
   std::vector<BucketInfo> out;
   for (const auto& b : reducer_->buckets) {
-    BucketInfo info{b.buffer.dtype(), b.buffer.device(), b.buffer.numel(), {}};
+    BucketInfo info{b.buffer.dtype(),
+                    b.buffer.device(),
+                    b.buffer.numel(),
+                    b.wire.defined() ? b.wire.dtype() : b.buffer.dtype(),
+                    {}};
     for (size_t i : b.params) info.parameters.push_back(reducer_->params[i].name);
     out.push_back(std::move(info));
   }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,14 @@ struct DDPOptions {
   /// Launch each bucket as soon as it is full (the point of DDP). False launches them all
   /// after backward, which only benchmarks want (to measure what overlap hides).
   bool overlap = true;
+  /// Reduce f32/f64 gradients in 16 bits (PyTorch's bf16_compress_hook / fp16_compress_hook):
+  /// each bucket is divided by the group size, cast to this dtype (DType::bf16 or DType::f16),
+  /// summed across ranks in it, and cast back into the gradients. Half the bytes on the wire
+  /// for a gradient rounded to 8 (bf16) or 11 (f16) significant bits, each partial sum of the
+  /// reduction rounded again. bf16 keeps f32's range; f16 can overflow past 65504 (the
+  /// pre-division keeps the sum in the inputs' range). Buckets already in 16 bits are reduced
+  /// as they are; a group of one reduces nothing (no rounding). nullopt: full precision.
+  std::optional<DType> gradient_compression = std::nullopt;
 };
 
 class DistributedDataParallel {
@@ -86,6 +95,8 @@ class DistributedDataParallel {
     DType dtype;
     Device device;
     int64_t numel = 0;
+    /// The dtype the all-reduce runs in (gradient_compression's for compressed buckets).
+    DType wire_dtype = DType::f32;
     std::vector<std::string> parameters;
   };
   std::vector<BucketInfo> buckets() const;
