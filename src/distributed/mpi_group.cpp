@@ -9,21 +9,38 @@
 // enforces the timeout: a collective still running after it prints what it was and
 // MPI_Aborts the job.
 //
-// CUDA tensors are staged: copied to host memory when the collective is issued and copied
-// back on the thread that calls wait(). Counts above INT_MAX are split into several calls.
+// CUDA tensors: with a CUDA-aware MPI (cuda_aware(): MPIX_Query_cuda_support() where the
+// library has Open MPI's CUDA extension or MPICH's MPIX_GPU_query_support, overridden by
+// DLTRAIN_MPI_CUDA_AWARE=0|1) the device pointers go to MPI as they are, once the
+// communication thread has waited for an event recorded on the caller's stream; 16-bit
+// reductions still stage (their MPI ops are host code) and Avg's division runs in wait() on
+// the caller's stream. Otherwise they are staged through page-locked host memory from the
+// library's pinned pool: an asynchronous device-to-host copy on the caller's stream when the
+// collective is issued (the communication thread waits for its event), and a copy back on
+// the thread that calls wait(). Counts above INT_MAX are split into several calls.
 // The C API only: keep Open MPI / MPICH from pulling in their deprecated C++ bindings.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+// Open MPI's extensions header declares MPIX_Query_cuda_support() when it was built with its
+// CUDA extension (Debian's is, with MPIX_CUDA_AWARE_SUPPORT 0 at build time: the runtime
+// query is what counts).
+#if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
 
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
 
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/half.hpp"
+#include "dltrain/ops/elementwise.hpp"
 #include "src/distributed/internal.hpp"
 
 namespace dltrain::distributed {
@@ -115,10 +132,33 @@ void scale_in_place(const Tensor& t, double factor) {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether the MPI library itself reports CUDA support (no override).
+bool query_cuda_support() {
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+  return MPIX_Query_cuda_support() == 1;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+  int yes = 0;
+  return MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) == MPI_SUCCESS && yes == 1;
+#else
+  return false;
+#endif
+}
+
+// An uninitialised tensor in page-locked host memory (the CUDA backend's pinned pool) with
+// `t`'s shape and strides (t is dense), so copies between them are straight byte copies.
+Tensor pinned_like(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::pinned(static_cast<size_t>(t.numel()) * t.element_size());
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->dtype = t.dtype();
+  return Tensor(impl);
+}
+
 class MPIProcessGroup final : public ProcessGroup {
  public:
   MPIProcessGroup(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
-      : ProcessGroup(rank, size, timeout), comm_(comm) {
+      : ProcessGroup(rank, size, timeout), comm_(comm), cuda_aware_(mpi_cuda_aware()) {
     (void)half_ops();
     thread_ = std::thread([this] { loop(); });
     watchdog_ = std::thread([this] { watch(); });
@@ -140,20 +180,22 @@ class MPIProcessGroup final : public ProcessGroup {
   Work all_reduce(const Tensor& t, ReduceOp op) override {
     detail::check_collective_tensor("all_reduce", t, false);
     detail::check_reduce_op("all_reduce", op, t.dtype());
-    return submit(detail::describe_collective("all_reduce", t, reduce_op_name(op)), {t}, {t},
-                  [this, op](const std::vector<Tensor>& h) {
-                    const Tensor& x = h[0];
-                    const DType dt = x.dtype();
-                    char* p = static_cast<char*>(x.data_ptr());
-                    int64_t n = x.numel();
-                    const int64_t chunk = INT_MAX / 2;
-                    for (int64_t s = 0; s < n; s += chunk) {
-                      const int c = static_cast<int>(std::min(chunk, n - s));
-                      DLTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + s * dtype_size(dt), c,
-                                                      mpi_type(dt), mpi_op(op, dt), comm_));
-                    }
-                    if (op == ReduceOp::Avg) scale_in_place(x, 1.0 / size());
-                  });
+    return submit(
+        detail::describe_collective("all_reduce", t, reduce_op_name(op)), {t}, {t},
+        [this, op](const std::vector<Tensor>& h) {
+          const Tensor& x = h[0];
+          const DType dt = x.dtype();
+          char* p = static_cast<char*>(x.data_ptr());
+          int64_t n = x.numel();
+          const int64_t chunk = INT_MAX / 2;
+          for (int64_t s = 0; s < n; s += chunk) {
+            const int c = static_cast<int>(std::min(chunk, n - s));
+            DLTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + s * dtype_size(dt), c, mpi_type(dt),
+                                            mpi_op(op, dt), comm_));
+          }
+          if (op == ReduceOp::Avg && x.device().is_cpu()) scale_in_place(x, 1.0 / size());
+        },
+        op == ReduceOp::Avg ? 1.0 / size() : 0.0, is_half(t.dtype()));
   }
 
   Work broadcast(const Tensor& t, int root) override {
@@ -191,14 +233,17 @@ class MPIProcessGroup final : public ProcessGroup {
     detail::check_collective_tensor("reduce_scatter", output, true);
     check_pair("reduce_scatter", input, output);
     detail::check_reduce_op("reduce_scatter", op, input.dtype());
-    return submit(detail::describe_collective("reduce_scatter", input, reduce_op_name(op)),
-                  {input, output}, {output}, [this, op](const std::vector<Tensor>& h) {
-                    const DType dt = h[0].dtype();
-                    DLTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(
-                        h[0].data_ptr(), h[1].data_ptr(), static_cast<int>(h[1].numel()),
-                        mpi_type(dt), mpi_op(op, dt), comm_));
-                    if (op == ReduceOp::Avg) scale_in_place(h[1], 1.0 / size());
-                  });
+    return submit(
+        detail::describe_collective("reduce_scatter", input, reduce_op_name(op)), {input, output},
+        {output},
+        [this, op](const std::vector<Tensor>& h) {
+          const DType dt = h[0].dtype();
+          DLTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(h[0].data_ptr(), h[1].data_ptr(),
+                                                     static_cast<int>(h[1].numel()), mpi_type(dt),
+                                                     mpi_op(op, dt), comm_));
+          if (op == ReduceOp::Avg && h[1].device().is_cpu()) scale_in_place(h[1], 1.0 / size());
+        },
+        op == ReduceOp::Avg ? 1.0 / size() : 0.0, is_half(input.dtype()));
   }
 
   Work barrier() override {
@@ -213,6 +258,7 @@ class MPIProcessGroup final : public ProcessGroup {
     std::vector<Tensor> tensors;  // host tensors the body reads/writes (kept alive)
     std::shared_ptr<Work::State> state;
     Body body;
+    std::shared_ptr<cuda::Event> ready;  // CUDA tensors: wait for it before MPI touches them
   };
 
   void check_pair(const char* op, const Tensor& big, const Tensor& small) const {
@@ -221,29 +267,57 @@ class MPIProcessGroup final : public ProcessGroup {
                   " elements per rank exceeds MPI's int count; split the tensor");
   }
 
-  // Stages CUDA tensors to host memory; `outputs` are copied back in wait().
+  static bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+  // CUDA tensors (see the file comment): passed as they are to a CUDA-aware MPI unless
+  // `host_op` (a reduction whose MPI op is host code), with `outputs` scaled by `avg_scale`
+  // (when not 0) in wait(); else staged through pinned memory, `outputs` copied back in wait().
   Work submit(std::string what, std::vector<Tensor> tensors, const std::vector<Tensor>& outputs,
-              Body body) {
+              Body body, double avg_scale = 0.0, bool host_op = false) {
     auto state = std::make_shared<Work::State>();
-    std::vector<std::pair<Tensor, Tensor>> copy_back;
-    for (Tensor& t : tensors) {
-      if (!t.device().is_cuda()) continue;
-      Tensor host = t.to(Device::cpu());
-      for (const Tensor& o : outputs)
-        if (o.impl() == t.impl()) copy_back.emplace_back(t, host);
-      t = host;
-    }
-    if (!copy_back.empty()) {
-      state->on_wait = [copy_back] {
-        for (const auto& [dev, host] : copy_back) {
-          Tensor d = dev;
-          d.copy_(host);
+    std::shared_ptr<cuda::Event> ready;
+    bool any_cuda = false;
+    for (const Tensor& t : tensors) any_cuda = any_cuda || t.device().is_cuda();
+    if (any_cuda) {
+      const Device dev = std::find_if(tensors.begin(), tensors.end(), [](const Tensor& t) {
+                           return t.device().is_cuda();
+                         })->device();
+      cuda::DeviceGuard guard(dev.index);
+      if (cuda_aware_ && !host_op) {
+        if (avg_scale != 0.0) {
+          state->on_wait = [outputs, avg_scale] {
+            NoGradGuard ng;
+            for (Tensor o : outputs) mul_(o, avg_scale);
+          };
         }
-      };
+      } else {
+        std::vector<std::pair<Tensor, Tensor>> copy_back;
+        for (Tensor& t : tensors) {
+          if (!t.device().is_cuda()) continue;
+          Tensor host = pinned_like(t);
+          host.copy_(t, /*non_blocking=*/true);
+          for (const Tensor& o : outputs)
+            if (o.impl() == t.impl()) copy_back.emplace_back(t, host);
+          t = host;
+        }
+        if (!copy_back.empty()) {
+          state->on_wait = [copy_back] {
+            for (const auto& [d, host] : copy_back) {
+              Tensor out = d;
+              out.copy_(host);
+            }
+          };
+        }
+      }
+      // The communication thread starts once the caller's stream has produced the tensors
+      // (or finished the copies to pinned memory).
+      ready = std::make_shared<cuda::Event>();
+      ready->record();
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back(Task{std::move(what), std::move(tensors), state, std::move(body)});
+      queue_.push_back(
+          Task{std::move(what), std::move(tensors), state, std::move(body), std::move(ready)});
     }
     cv_.notify_one();
     return Work(state);
@@ -266,6 +340,7 @@ class MPIProcessGroup final : public ProcessGroup {
       }
       std::exception_ptr err;
       try {
+        if (task.ready) task.ready->synchronize();
         task.body(task.tensors);
       } catch (...) {
         err = std::current_exception();
@@ -299,6 +374,7 @@ class MPIProcessGroup final : public ProcessGroup {
   }
 
   MPI_Comm comm_;
+  bool cuda_aware_;
   std::thread thread_, watchdog_;
   const std::string* running_ = nullptr;  // the collective in MPI now (guarded by mu_)
   Clock::time_point running_since_;
@@ -355,6 +431,15 @@ std::shared_ptr<ProcessGroup> new_mpi_group(std::chrono::milliseconds timeout) {
 }
 
 bool mpi_available() { return true; }
+
+bool mpi_cuda_aware() {
+  if (const char* v = std::getenv("DLTRAIN_MPI_CUDA_AWARE"); v && *v) {
+    const std::string s(v);
+    DLTRAIN_CHECK(s == "0" || s == "1", "DLTRAIN_MPI_CUDA_AWARE must be 0 or 1, got '", s, "'");
+    return s == "1";
+  }
+  return detail::mpi_initialized() && query_cuda_support();
+}
 
 namespace detail {
 

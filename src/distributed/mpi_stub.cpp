@@ -17,6 +17,7 @@ namespace {
 
 std::shared_ptr<ProcessGroup> new_mpi_group(std::chrono::milliseconds) { no_mpi("new_mpi_group"); }
 bool mpi_available() { return false; }
+bool mpi_cuda_aware() { return false; }
 
 namespace detail {
 bool mpi_compiled() { return false; }

@@ -149,3 +149,34 @@ TEST_CASE("init(): environment, thread share and device", "[mpi][init]") {
   CHECK(get_num_threads() >= 1);
   CHECK(get_num_threads() <= std::max(1, usable_cpus() / std::min(world_size(), usable_cpus())));
 }
+
+TEST_CASE("mpi_cuda_aware(): the library's answer, overridden by DLTRAIN_MPI_CUDA_AWARE",
+          "[mpi][init]") {
+  const char* saved = std::getenv("DLTRAIN_MPI_CUDA_AWARE");
+  const std::string keep = saved ? saved : "";
+  unsetenv("DLTRAIN_MPI_CUDA_AWARE");
+  const bool library = mpi_cuda_aware();
+  if (rank() == 0)
+    std::printf("the MPI library is %sCUDA-aware (CUDA tensors are %s)\n", library ? "" : "not ",
+                library ? "passed to MPI as they are" : "staged through pinned host memory");
+  setenv("DLTRAIN_MPI_CUDA_AWARE", "1", 1);
+  CHECK(mpi_cuda_aware());
+  setenv("DLTRAIN_MPI_CUDA_AWARE", "0", 1);
+  CHECK_FALSE(mpi_cuda_aware());
+  setenv("DLTRAIN_MPI_CUDA_AWARE", "yes", 1);
+  CHECK_THROWS_WITH(mpi_cuda_aware(), Catch::Contains("DLTRAIN_MPI_CUDA_AWARE must be 0 or 1"));
+  if (saved)
+    setenv("DLTRAIN_MPI_CUDA_AWARE", keep.c_str(), 1);
+  else
+    unsetenv("DLTRAIN_MPI_CUDA_AWARE");
+  // A group built while the override says CUDA-aware still reduces CPU tensors as before.
+  setenv("DLTRAIN_MPI_CUDA_AWARE", "1", 1);
+  auto g = new_mpi_group(default_group().timeout());
+  if (saved)
+    setenv("DLTRAIN_MPI_CUDA_AWARE", keep.c_str(), 1);
+  else
+    unsetenv("DLTRAIN_MPI_CUDA_AWARE");
+  Tensor t = full({7}, 1.0 + rank());
+  g->all_reduce(t, ReduceOp::Avg).wait();
+  CHECK(t.to_vector<float>()[6] == Approx((world_size() + 1) / 2.0));
+}

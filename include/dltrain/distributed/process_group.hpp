@@ -7,7 +7,8 @@
 // callers overlap it with computation and call wait() before reading the result. Every rank
 // must issue the same collectives in the same order with tensors of the same size and dtype.
 //
-// Backends: "mpi" (CPU tensors; CUDA tensors are staged through host memory), "nccl" (CUDA
+// Backends: "mpi" (CPU tensors; CUDA tensors are passed to a CUDA-aware MPI as they are, else
+// staged through pinned host memory: mpi_cuda_aware()), "nccl" (CUDA
 // tensors; its unique id bootstrapped over MPI, or over a TCP rendezvous on
 // MASTER_ADDR:MASTER_PORT without MPI), and "local" (a world of one: every collective is
 // the identity, no MPI needed).
@@ -168,6 +169,11 @@ std::string tcp_broadcast_bytes(const std::string& addr, int port, int rank, int
 /// True when this build has MPI / NCCL process groups.
 bool mpi_available();
 bool nccl_available();
+/// True when the MPI group passes CUDA device pointers to MPI as they are (a CUDA-aware MPI):
+/// DLTRAIN_MPI_CUDA_AWARE=1 or 0 when set, else what the library reports at run time
+/// (Open MPI's MPIX_Query_cuda_support(), MPICH's MPIX_GPU_query_support), else false. When
+/// false, CUDA tensors are staged through pinned host memory. False without MPI.
+bool mpi_cuda_aware();
 
 /// The collective timeout from DLTRAIN_COLLECTIVE_TIMEOUT (seconds), or 10 minutes.
 std::chrono::milliseconds default_timeout();
