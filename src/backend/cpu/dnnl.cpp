@@ -70,6 +70,29 @@ memory::desc act_desc(const Tensor& t) {
                       memory::dims(t.strides().begin(), t.strides().end()));
 }
 
+// NCHW activations: oneDNN's convolutions for plain nchw are gemm-based (im2col, "x64:gemm:jit");
+// its blocked kernels (nChw8c, "jit:avx2", "jit_1x1:avx2") are faster even with a reorder of
+// the activations in and out around each call, which is what PyTorch does. So for nchw input
+// the convolution's activation layouts are left to oneDNN (format "any") and reordered;
+// channels-last (nhwc) has direct kernels and keeps its own layout. DLTRAIN_DNNL_NCHW_BLOCKED=0
+// keeps nchw too (the measurement in docs/performance.md).
+bool nchw_blocked() {
+  static const bool on = [] {
+    const char* v = std::getenv("DLTRAIN_DNNL_NCHW_BLOCKED");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+// The layout a convolution is asked to take t in: its own, or "any" for nchw (above).
+memory::desc conv_act_desc(const Tensor& t) {
+  if (t.dim() == 4 && nchw_blocked() && t.is_contiguous(MemoryFormat::Contiguous) &&
+      !t.is_contiguous(MemoryFormat::ChannelsLast))
+    return memory::desc(memory::dims(t.shape().begin(), t.shape().end()), dnnl_dtype(t.dtype()),
+                        tag::any);
+  return act_desc(t);
+}
+
 memory::dims weight_dims(const DnnlConvShape& s) {
   if (s.groups == 1) return {s.Cout, s.Cin, s.kh, s.kw};
   return {s.groups, s.Cout / s.groups, s.Cin / s.groups, s.kh, s.kw};
@@ -99,6 +122,16 @@ memory as_layout(const memory& user, const memory::desc& want) {
   memory m(want, engine());
   dnnl::reorder(user, m).execute(stream(), const_cast<memory&>(user), m);
   return m;
+}
+
+// Memory in layout `want` for writing the result that belongs in `user`; finish_output()
+// reorders it into `user` when they differ.
+memory output_in(const memory& user, const memory::desc& want) {
+  return user.get_desc() == want ? user : memory(want, engine());
+}
+void finish_output(memory& m, const memory& user) {
+  if (m.get_desc() != user.get_desc())
+    dnnl::reorder(m, user).execute(stream(), m, const_cast<memory&>(user));
 }
 
 // --- oneDNN 2.x and 3.x ------------------------------------------------------------------
@@ -349,8 +382,8 @@ ConvFwd conv_forward(const Tensor& xd, const Tensor& y, const DnnlConvShape& s, 
   const Key key =
       Key('F').add(xd).add(y).add(s).add(int64_t{bias}).add(static_cast<int64_t>(bias_dt));
   auto c = cached<ConvFwd::pd_type, dnnl::convolution_forward>(key, [&] {
-    return forward_pd(act_desc(xd), any_weights(s, xd.dtype()), bias_desc(bias, bias_dt, s),
-                      act_desc(y), s);
+    return forward_pd(conv_act_desc(xd), any_weights(s, xd.dtype()), bias_desc(bias, bias_dt, s),
+                      conv_act_desc(y), s);
   });
   if (!c) rethrow(dnnl::error(dnnl_unimplemented, "no implementation"), "convolution forward", s);
   return *c;
@@ -368,15 +401,19 @@ Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
     const ConvFwd c = conv_forward(xd, y, s, b.defined(), b.defined() ? b.dtype() : x.dtype());
     memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
     memory wmem = as_layout(wuser, c.pd.weights_desc());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(c.pd.src_desc(), xd)},
-                                         {DNNL_ARG_WEIGHTS, wmem},
-                                         {DNNL_ARG_DST, mem(c.pd.dst_desc(), y)}};
+    const memory yuser = mem(act_desc(y), y);
+    memory ymem = output_in(yuser, c.pd.dst_desc());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, as_layout(mem(act_desc(xd), xd), c.pd.src_desc())},
+        {DNNL_ARG_WEIGHTS, wmem},
+        {DNNL_ARG_DST, ymem}};
     Tensor bd;
     if (b.defined()) {
       bd = b.contiguous();
       args.emplace(DNNL_ARG_BIAS, mem(c.pd.bias_desc(), bd));
     }
     c.prim.execute(stream(), args);
+    finish_output(ymem, yuser);
     stream().wait();
   } catch (const dnnl::error& e) {
     rethrow(e, "convolution forward", s);
@@ -391,22 +428,27 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
   Tensor xd = x.contiguous(fmt), wd = w.contiguous(w.suggest_memory_format());
   Tensor gy = gy0.to(x.dtype()).contiguous(fmt);
   try {
-    const memory::desc src = act_desc(xd), ddst = act_desc(gy);
-    memory gy_mem(ddst, engine(), gy.data_ptr());
+    const memory xuser = mem(act_desc(xd), xd), gyuser = mem(act_desc(gy), gy);
+    const memory::desc src = conv_act_desc(xd), ddst = conv_act_desc(gy);
+    memory gy_mem = gyuser;  // gy in the layout the last primitive asked for
     if (gx) {
       *gx = empty({s.N, s.Cin, s.H, s.W}, fmt, x.options());
       const Key key = Key('D').add(xd).add(gy).add(*gx).add(s);
       auto c = cached<ConvBwdData::pd_type, dnnl::convolution_backward_data>(key, [&] {
         const ConvFwd f = conv_forward(xd, gy, s, false, x.dtype());
-        return conv_bwd_data_pd(act_desc(*gx), any_weights(s, x.dtype()), ddst, strides(s),
+        return conv_bwd_data_pd(conv_act_desc(*gx), any_weights(s, x.dtype()), ddst, strides(s),
                                 dilates(s), pad_l(s), pad_r(s), f.pd);
       });
       if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-data for this case");
       memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
       memory wmem = as_layout(wuser, c->pd.weights_desc());
-      c->prim.execute(stream(), {{DNNL_ARG_DIFF_DST, gy_mem},
-                                 {DNNL_ARG_WEIGHTS, wmem},
-                                 {DNNL_ARG_DIFF_SRC, mem(c->pd.diff_src_desc(), *gx)}});
+      gy_mem = as_layout(gyuser, c->pd.diff_dst_desc());
+      const memory gxuser = mem(act_desc(*gx), *gx);
+      memory gxmem = output_in(gxuser, c->pd.diff_src_desc());
+      c->prim.execute(
+          stream(),
+          {{DNNL_ARG_DIFF_DST, gy_mem}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DIFF_SRC, gxmem}});
+      finish_output(gxmem, gxuser);
     }
     if (gw) {
       *gw = empty(w.shape(), w.suggest_memory_format(), w.options());
@@ -421,7 +463,9 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
       memory guser(weight_desc(*gw, s), engine(), gw->data_ptr());
       const bool direct = c->pd.diff_weights_desc() == guser.get_desc();
       memory gmem = direct ? guser : memory(c->pd.diff_weights_desc(), engine());
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, engine(), xd.data_ptr())},
+      if (gy_mem.get_desc() != c->pd.diff_dst_desc())
+        gy_mem = as_layout(gyuser, c->pd.diff_dst_desc());
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, as_layout(xuser, c->pd.src_desc())},
                                            {DNNL_ARG_DIFF_DST, gy_mem},
                                            {DNNL_ARG_DIFF_WEIGHTS, gmem}};
       if (gb) {
