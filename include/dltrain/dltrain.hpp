@@ -55,4 +55,5 @@
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/progress.hpp"
+#include "dltrain/train/resume.hpp"
 #include "dltrain/version.hpp"

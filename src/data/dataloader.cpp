@@ -296,12 +296,14 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, std::shared_ptr<Sampler
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = sampler_->size(), bs = options_.batch_size;
+  const int64_t n = sampler_->size() - start_sample_, bs = options_.batch_size;
   return options_.drop_last ? n / bs : (n + bs - 1) / bs;
 }
 
 std::vector<std::vector<int64_t>> DataLoader::batch_indices() const {
-  const std::vector<int64_t> order = sampler_->indices();
+  std::vector<int64_t> order = sampler_->indices();
+  order.erase(order.begin(), order.begin() + std::min(static_cast<std::ptrdiff_t>(start_sample_),
+                                                      static_cast<std::ptrdiff_t>(order.size())));
   const size_t bs = static_cast<size_t>(options_.batch_size);
   std::vector<std::vector<int64_t>> out;
   out.reserve(order.size() / bs + 1);
@@ -318,6 +320,19 @@ void DataLoader::set_start_batch(int64_t batch) {
   DLTRAIN_CHECK(batch >= 0 && batch <= size(), "DataLoader::set_start_batch(", batch,
                 "): the epoch has ", size(), " batches; pass a value in [0, ", size(), "]");
   start_batch_ = batch;
+}
+
+void DataLoader::set_start_sample(int64_t samples) {
+  start_batch_ = 0;
+  if (auto* d = dynamic_cast<DistributedSampler*>(sampler_.get())) {
+    d->set_start_sample(samples);
+    start_sample_ = 0;
+    return;
+  }
+  DLTRAIN_CHECK(samples >= 0 && samples <= sampler_->size(), "DataLoader::set_start_sample(",
+                samples, "): the epoch has ", sampler_->size(), " samples; pass a value in [0, ",
+                sampler_->size(), "]");
+  start_sample_ = samples;
 }
 
 DataLoader::Iterator DataLoader::begin() const {

@@ -40,7 +40,13 @@ std::vector<int64_t> RandomSampler::indices() const {
 
 DistributedSampler::DistributedSampler(int64_t n, int64_t rank, int64_t world_size, bool shuffle,
                                        uint64_t seed, bool drop_last)
-    : n_(n), rank_(rank), world_(world_size), per_rank_(0), shuffle_(shuffle), seed_(seed) {
+    : n_(n),
+      rank_(rank),
+      world_(world_size),
+      per_rank_(0),
+      shuffle_(shuffle),
+      drop_last_(drop_last),
+      seed_(seed) {
   DLTRAIN_CHECK(n >= 0, "DistributedSampler: n must be >= 0, got ", n);
   DLTRAIN_CHECK(world_size >= 1, "DistributedSampler: world_size must be >= 1, got ", world_size,
                 "; check the WORLD_SIZE / SLURM_NTASKS of the job");
@@ -61,12 +67,34 @@ std::vector<int64_t> DistributedSampler::indices() const {
     order.resize(static_cast<size_t>(n_));
     for (int64_t i = 0; i < n_; ++i) order[static_cast<size_t>(i)] = i;
   }
+  // Positions [start_, start_ + total) of the order, the ones past n_ repeating its start.
   const int64_t total = per_rank_ * world_;
-  for (int64_t i = n_; i < total; ++i) order.push_back(order[static_cast<size_t>((i - n_) % n_)]);
+  for (int64_t i = n_; i < start_ + total; ++i)
+    order.push_back(order[static_cast<size_t>((i - n_) % n_)]);
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(per_rank_));
-  for (int64_t i = rank_; i < total; i += world_) mine.push_back(order[static_cast<size_t>(i)]);
+  for (int64_t i = start_ + rank_; i < start_ + total; i += world_)
+    mine.push_back(order[static_cast<size_t>(i)]);
   return mine;
+}
+
+void DistributedSampler::resize() {
+  const int64_t left = n_ - start_;
+  per_rank_ = drop_last_ ? left / world_ : (left + world_ - 1) / world_;
+}
+
+void DistributedSampler::set_epoch(int64_t epoch) {
+  Sampler::set_epoch(epoch);
+  start_ = 0;
+  resize();
+}
+
+void DistributedSampler::set_start_sample(int64_t samples) {
+  DLTRAIN_CHECK(samples >= 0 && samples <= n_, "DistributedSampler::set_start_sample(", samples,
+                "): the epoch has ", n_, " samples; pass the number already trained, in [0, ", n_,
+                "]");
+  start_ = samples;
+  resize();
 }
 
 }  // namespace dltrain::data

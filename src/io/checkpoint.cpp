@@ -302,6 +302,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
     write_int_attr(file, "epoch", ckpt.progress.epoch, tmp);
     write_int_attr(file, "step", ckpt.progress.step, tmp);
     write_int_attr(file, "batch_in_epoch", ckpt.progress.batch_in_epoch, tmp);
+    write_int_attr(file, "samples_in_epoch", ckpt.progress.samples_in_epoch, tmp);
+    write_int_attr(file, "global_batch", ckpt.progress.global_batch, tmp);
     write_int_attr(file, "rng_seed", static_cast<int64_t>(ckpt.rng_seed), tmp);
     write_int_attr(file, "rng_offset", static_cast<int64_t>(ckpt.rng_offset), tmp);
     write_state(file, "model", ckpt.model, tmp);
@@ -375,6 +377,8 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.progress.epoch = read_int_attr(file, "epoch", path);
   c.progress.step = read_int_attr(file, "step", path);
   c.progress.batch_in_epoch = read_int_attr(file, "batch_in_epoch", path);
+  c.progress.samples_in_epoch = h5::try_int_attr(file, "samples_in_epoch").value_or(-1);
+  c.progress.global_batch = h5::try_int_attr(file, "global_batch").value_or(0);
   c.rng_seed = static_cast<uint64_t>(read_int_attr(file, "rng_seed", path));
   c.rng_offset = static_cast<uint64_t>(read_int_attr(file, "rng_offset", path));
   c.model = read_state(file, "model", path);

@@ -145,12 +145,22 @@ class DataLoader {
   void set_epoch(int64_t epoch) {
     sampler_->set_epoch(epoch);
     start_batch_ = 0;
+    start_sample_ = 0;
   }
   /// Makes iterations of the current epoch begin at batch `batch` (0 <= batch <= size()):
   /// how a run resumed from a mid-epoch checkpoint skips the batches it already trained on,
   /// seeing exactly the rest of the same order. Cleared by set_epoch().
   void set_start_batch(int64_t batch);
   int64_t start_batch() const { return start_batch_; }
+  /// Makes iterations of the current epoch skip the first `samples` samples of its order,
+  /// counted over all ranks: the position to resume at when the run that wrote the
+  /// checkpoint had another global batch (other ranks or per-rank batch; see
+  /// io::TrainingProgress::samples_in_epoch). With a DistributedSampler the sampler shares
+  /// out the rest of the epoch (DistributedSampler::set_start_sample); with any other sampler
+  /// (one process) the loader skips `samples` indices of its order. Batches are then cut from
+  /// the rest, so no sample of the epoch is seen twice or skipped. Resets the start batch;
+  /// cleared by set_epoch().
+  void set_start_sample(int64_t samples);
   int64_t epoch() const { return sampler_->epoch(); }
   /// The index lists of this epoch's batches, in order (what iteration will build).
   std::vector<std::vector<int64_t>> batch_indices() const;
@@ -166,6 +176,7 @@ class DataLoader {
   std::shared_ptr<Sampler> sampler_;
   DataLoaderOptions options_;
   int64_t start_batch_ = 0;
+  int64_t start_sample_ = 0;  // skipped by the loader (samplers other than DistributedSampler)
   std::shared_ptr<LoaderStats> stats_ = std::make_shared<LoaderStats>();
   // persistent_workers: the threads, started by the first begin(). Copies of a loader get
   // their own (a copy starts without threads).

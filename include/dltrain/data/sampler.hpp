@@ -71,11 +71,26 @@ class DistributedSampler : public Sampler {
   std::vector<int64_t> indices() const override;
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_; }
+  /// Selects the epoch and clears set_start_sample.
+  void set_epoch(int64_t epoch) override;
+  /// Resumes the current epoch after its first `samples` positions (in [0, n]), which a run
+  /// with any number of ranks and any per-rank batch has trained: the rest of the epoch's
+  /// order (positions samples, samples + 1, ..., n - 1) is shared out as a whole epoch is
+  /// (rank r takes samples + r, samples + r + world_size, ...; padded by repeating the
+  /// order's start to a multiple of world_size, or cut down to one with drop_last). So the
+  /// interrupted and the resumed run together see every sample of the epoch once, whatever
+  /// the rank counts and batches on either side, up to the same padding or cut as an
+  /// uninterrupted epoch. With samples = k * global batch and the same world size this is
+  /// exactly what skipping k batches on every rank gives. Cleared by set_epoch().
+  void set_start_sample(int64_t samples);
+  int64_t start_sample() const { return start_; }
 
  private:
+  void resize();
   int64_t n_, rank_, world_, per_rank_;
-  bool shuffle_;
+  bool shuffle_, drop_last_;
   uint64_t seed_;
+  int64_t start_ = 0;
 };
 
 }  // namespace dltrain::data

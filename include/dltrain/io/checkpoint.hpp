@@ -5,10 +5,11 @@
 // the optimizer's, the LR scheduler's and the GradScaler's StateDicts, the training position
 // (epoch, global step, batches already done in the epoch), the default random generator's (seed,
 // offset), a free-form string map, the dltrain version and the file-format version. Layout: root
-// attributes for the scalars, groups /model, /optimizer, /scheduler and /scaler holding one dataset
-// per tensor (named by its key, in insertion order, with a "dtype" attribute; f16/bf16 as their
-// 16-bit patterns) and /metadata holding string attributes. /scaler is absent when no scaler was
-// saved (and in files written before it existed, which load unchanged). The HDF5 part starts at
+// attributes for the scalars (samples_in_epoch and global_batch are optional: files written
+// before them load with -1 and 0), groups /model, /optimizer, /scheduler and /scaler holding one
+// dataset per tensor (named by its key, in insertion order, with a "dtype" attribute; f16/bf16 as
+// their 16-bit patterns) and /metadata holding string attributes. /scaler is absent when no scaler
+// was saved (and in files written before it existed, which load unchanged). The HDF5 part starts at
 // byte 512 (an HDF5 user block: h5py and the HDF5 tools read the file as is) and uses HDF5 1.8
 // to 1.10 format versions, whose metadata HDF5 checksums; bytes 0-511 are dltrain's integrity
 // header: magic, format version, file size and a CRC-32 of the whole file.
@@ -57,8 +58,18 @@ struct TrainingProgress {
   int64_t epoch = 0;
   /// Optimizer steps done since the start of training.
   int64_t step = 0;
-  /// Batches of `epoch` already trained (pass to DataLoader::set_start_batch on resume).
+  /// Batches of `epoch` already trained (pass to DataLoader::set_start_batch on resume when
+  /// the global batch is unchanged).
   int64_t batch_in_epoch = 0;
+  /// Samples of `epoch` already trained, counted over all ranks (global batch x batches when
+  /// every step had the full global batch); -1 when not recorded (files written before it
+  /// existed). This, not batch_in_epoch, is the data position when the resumed run has
+  /// another world size or per-rank batch: DataLoader::set_start_sample; see
+  /// train::resume_data_position.
+  int64_t samples_in_epoch = -1;
+  /// The global batch (per-rank batch x world size) of the run that saved it; 0 when not
+  /// recorded.
+  int64_t global_batch = 0;
 };
 
 /// The whole content of a checkpoint file, as plain data.

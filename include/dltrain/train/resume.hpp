@@ -1,0 +1,83 @@
+// Resuming a checkpoint with another global batch: other ranks, or another per-rank batch.
+//
+// A checkpoint keeps the data position of its epoch in samples (io::TrainingProgress::
+// samples_in_epoch, counted over all ranks), not in steps, so a run resumed with any world size
+// and per-rank batch continues the same epoch order where the interrupted run stopped: no
+// sample of the epoch is seen twice or skipped (DataLoader::set_start_sample). What the global
+// batch change does to the optimisation is the user's choice, made explicit here: the learning
+// rate follows a scaling rule (linear, as Goyal et al.; square root, as often for Adam; or the
+// user's own), or stays, and a message says what changed:
+//
+//   io::TrainingProgress p = io::load_checkpoint(path, *model, &opt, &sched);
+//   auto r = train::resume_data_position(p, per_rank_batch * world_size, &opt, &sched,
+//                                        {.lr_scaling = train::LRScaling::Linear});
+//   for (int64_t epoch = r.epoch; ...; ++epoch) {
+//     loader.set_epoch(epoch);
+//     if (epoch == r.epoch) loader.set_start_sample(r.samples_in_epoch);
+//     ...; samples_in_epoch += global_batch per step; save {epoch, step, batch, samples, G}
+//   }
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "dltrain/io/checkpoint.hpp"
+
+namespace dltrain::optim {
+class Optimizer;
+class LRScheduler;
+}  // namespace dltrain::optim
+
+namespace dltrain::train {
+
+/// What the learning rate does when the global batch changed between the checkpoint and now.
+enum class LRScaling {
+  /// Unchanged (the message says so, and names the rules).
+  Keep,
+  /// lr x new / old (Goyal et al., SGD).
+  Linear,
+  /// lr x sqrt(new / old).
+  Sqrt,
+};
+
+struct ResumeOptions {
+  LRScaling lr_scaling = LRScaling::Keep;
+  /// The user's own rule: the factor the learning rates are multiplied by, given the saved and
+  /// the new global batch. Overrides lr_scaling when set.
+  std::function<double(int64_t saved_global_batch, int64_t global_batch)> lr_rule = nullptr;
+  /// Print the message (on rank 0 only) when the global batch changed.
+  bool print = true;
+};
+
+struct ResumePosition {
+  /// The epoch to resume in and the samples of it already trained (over all ranks): pass them
+  /// to DataLoader::set_epoch and then DataLoader::set_start_sample.
+  int64_t epoch = 0;
+  int64_t samples_in_epoch = 0;
+  /// The saved optimizer step count.
+  int64_t step = 0;
+  /// The checkpoint's global batch (the new one when it was not recorded) and the new one.
+  int64_t saved_global_batch = 0;
+  int64_t global_batch = 0;
+  /// What the learning rates were multiplied by (1 when unchanged).
+  double lr_factor = 1.0;
+  /// "global batch 16 -> 12: ..." when the global batch changed, else empty.
+  std::string message;
+  bool global_batch_changed() const { return saved_global_batch != global_batch; }
+};
+
+/// The data position to resume `progress` at with this run's `global_batch` (per-rank batch x
+/// world size), and the learning-rate change it implies. The position is samples_in_epoch
+/// when the checkpoint recorded it, else batch_in_epoch x the saved global batch (x the new
+/// one for files that did not record it, which is exact only when it did not change). When the
+/// global batch changed, multiplies every group's lr and initial_lr in `optimizer` and the
+/// base and last learning rates of `scheduler` (either may be null) by the rule's factor, so
+/// the schedule continues from the scaled rate; schedules counted in steps (milestones,
+/// OneCycleLR's total_steps) are not rescaled, and the message gives the new steps per epoch.
+/// Throws dltrain::Error for a global_batch < 1 or a factor that is not positive and finite.
+ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_t global_batch,
+                                    optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                                    const ResumeOptions& options = {});
+
+}  // namespace dltrain::train

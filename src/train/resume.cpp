@@ -1,0 +1,84 @@
+// Resuming with another global batch (see dltrain/train/resume.hpp).
+#include "dltrain/train/resume.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "dltrain/core/error.hpp"
+#include "dltrain/distributed/process_group.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/optim/optimizer.hpp"
+#include "dltrain/optim/scheduler.hpp"
+
+namespace dltrain::train {
+
+ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_t global_batch,
+                                    optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                                    const ResumeOptions& options) {
+  DLTRAIN_CHECK(global_batch >= 1, "resume_data_position: global_batch must be >= 1 (per-rank ",
+                "batch x world size), got ", global_batch);
+  ResumePosition r;
+  r.epoch = progress.epoch;
+  r.step = progress.step;
+  r.global_batch = global_batch;
+  r.saved_global_batch = progress.global_batch > 0 ? progress.global_batch : global_batch;
+  r.samples_in_epoch = progress.samples_in_epoch >= 0
+                           ? progress.samples_in_epoch
+                           : progress.batch_in_epoch * r.saved_global_batch;
+  if (!r.global_batch_changed()) return r;
+
+  const double ratio =
+      static_cast<double>(global_batch) / static_cast<double>(r.saved_global_batch);
+  std::string rule;
+  if (options.lr_rule) {
+    r.lr_factor = options.lr_rule(r.saved_global_batch, global_batch);
+    rule = "the user's rule";
+  } else if (options.lr_scaling == LRScaling::Linear) {
+    r.lr_factor = ratio;
+    rule = "linear scaling";
+  } else if (options.lr_scaling == LRScaling::Sqrt) {
+    r.lr_factor = std::sqrt(ratio);
+    rule = "square-root scaling";
+  }
+  DLTRAIN_CHECK(std::isfinite(r.lr_factor) && r.lr_factor > 0,
+                "resume_data_position: the learning-rate rule gave factor ", r.lr_factor,
+                " for global batch ", r.saved_global_batch, " -> ", global_batch,
+                "; it must be positive and finite");
+  if (r.lr_factor != 1.0) {
+    if (optimizer)
+      for (auto& g : optimizer->param_groups()) {
+        if (g.lr) *g.lr *= r.lr_factor;
+        if (g.initial_lr) *g.initial_lr *= r.lr_factor;
+      }
+    if (scheduler) {
+      StateDict sd = scheduler->state_dict();
+      for (const char* key : {"base_lrs", "last_lr"})
+        if (sd.contains(key)) {
+          Tensor t = sd.at(key);
+          mul_(t, r.lr_factor);
+        }
+      scheduler->load_state_dict(sd);
+    }
+  }
+  std::ostringstream m;
+  m << "global batch " << r.saved_global_batch << " -> " << global_batch << ": resuming epoch "
+    << r.epoch << " after " << r.samples_in_epoch
+    << " of its samples (the rest of the same order, each sample once); ";
+  if (r.lr_factor != 1.0) {
+    m << "learning rate x" << r.lr_factor << " (" << rule << ")";
+    if (optimizer && !optimizer->param_groups().empty() && optimizer->param_groups()[0].lr)
+      m << ", now " << *optimizer->param_groups()[0].lr;
+  } else {
+    m << "learning rate unchanged (pass lr_scaling = Linear or Sqrt, or an lr_rule, to scale "
+         "it)";
+  }
+  m << "; an epoch now takes " << global_batch << "-sample steps instead of "
+    << r.saved_global_batch << "-sample ones (schedules counted in steps are not rescaled)";
+  r.message = m.str();
+  if (options.print && distributed::is_main_process())
+    std::printf("dltrain: %s\n", r.message.c_str());
+  return r;
+}
+
+}  // namespace dltrain::train
