@@ -73,6 +73,43 @@ void scatter_extreme_cpu(const Tensor& dst, int64_t dim, const std::vector<int64
     run.template operator()<float>();
 }
 
+// out [S, inner] (contiguous f32/f64, every row written) = the maximum of the rows e of src
+// [E, inner] (contiguous, same dtype) with ids[e] = s, NaN winning; 0 for rows no id names.
+// Split over blocks of columns (which never collide), rows walked in order: each step reads
+// and writes contiguous runs, unlike the general scatter's column-by-column walk.
+void segment_max_rows(const Tensor& out, const Tensor& src, const std::vector<int64_t>& ids,
+                      int64_t S, int64_t inner) {
+  constexpr int64_t B = 256;
+  const int64_t E = static_cast<int64_t>(ids.size()), nbj = (inner + B - 1) / B;
+  std::vector<char> hit(static_cast<size_t>(S), 0);
+  for (int64_t i : ids) hit[static_cast<size_t>(i)] = 1;
+  auto run = [&]<class T>() {
+    T* o = out.data<T>();
+    const T* sp = src.data<T>();
+    std::fill(o, o + S * inner, -std::numeric_limits<T>::infinity());
+    parallel_for(0, nbj, 1, [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e; ++u) {
+        const int64_t j0 = u * B, j1 = std::min(inner, j0 + B);
+        for (int64_t r = 0; r < E; ++r) {
+          T* orow = o + ids[static_cast<size_t>(r)] * inner;
+          const T* srow = sp + r * inner;
+          for (int64_t j = j0; j < j1; ++j) {
+            const T v = srow[j];
+            if (orow[j] != orow[j]) continue;
+            if (v != v || v > orow[j]) orow[j] = v;
+          }
+        }
+      }
+    });
+    for (int64_t r = 0; r < S; ++r)
+      if (!hit[static_cast<size_t>(r)]) std::fill(o + r * inner, o + (r + 1) * inner, T(0));
+  };
+  if (out.dtype() == DType::f64)
+    run.template operator()<double>();
+  else
+    run.template operator()<float>();
+}
+
 DType acc_dtype(DType dt) { return dt == DType::f16 || dt == DType::bf16 ? DType::f32 : dt; }
 
 // How many src values land on each position of a tensor of `shape` (in opts' dtype).
@@ -207,11 +244,42 @@ Tensor segment_max(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
   if (src.device().is_cpu())
     detail::check_range(op, detail::read_index(op, segment_ids, "segment_ids"), num_segments,
                         "num_segments");
+  DLTRAIN_CHECK(is_floating(src.dtype()), op, ": src must be floating-point but has dtype ",
+                src.dtype(), "; convert it with .to(DType::f32)");
   Shape out_shape = src.shape(), id_shape(static_cast<size_t>(src.dim()), 1);
   out_shape[0] = num_segments;
   id_shape[0] = src.size(0);
-  const Tensor idx = segment_ids.detach().to(DType::i64).reshape(id_shape).expand(src.shape());
-  return scatter_reduce(zeros(out_shape, src.options()), 0, idx, src, ScatterReduce::Amax, false);
+  const Tensor ids = segment_ids.detach().to(DType::i64);
+  Tensor out;
+  {
+    NoGradGuard ng;
+    if (src.device().is_cuda()) {
+      // scatter_reduce Amax, include_self = false, into zeros: PyG's rule (empty segments 0).
+      const Tensor idx = ids.reshape(id_shape).expand(src.shape());
+      out = scatter_reduce(zeros(out_shape, src.options()), 0, idx, src.detach(),
+                           ScatterReduce::Amax, false);
+    } else {
+      const DType acc = acc_dtype(src.dtype());
+      const int64_t inner = src.size(0) == 0 ? 0 : src.numel() / src.size(0);
+      Tensor o = empty({num_segments, inner}, TensorOptions(acc));
+      segment_max_rows(o, src.detach().to(acc).contiguous(), ids.to_vector<int64_t>(), num_segments,
+                       inner);
+      out = o.to(src.dtype()).reshape(out_shape);
+    }
+  }
+  // scatter_reduce's Amax backward for include_self = false on zeros, with row ops: the
+  // gradient is split between the rows equal to the maximum, and a 0 maximum also counts the
+  // zero it started from (as torch and PyG do).
+  autograd::record(
+      op, {src}, {out},
+      [sd = src.detach(), ids, result = out.detach(), num_segments](const std::vector<Tensor>& g) {
+        const TensorOptions go = g[0].options();
+        const Tensor src_is = eq(sd, index_select(result, 0, ids)).to(go.dtype);
+        const Tensor n = add(eq(result, 0.0).to(go.dtype), segment_sum(src_is, ids, num_segments));
+        const Tensor gd = div(g[0], n);
+        return std::vector<Tensor>{mul(src_is, index_select(gd, 0, ids))};
+      });
+  return out;
 }
 
 Tensor segment_softmax(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {

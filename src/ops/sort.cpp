@@ -1,8 +1,9 @@
-// sort, argsort, topk: the indices are computed on the input's device (std::stable_sort per
-// line on the CPU, CUB's segmented sort on CUDA via backend::cuda::sort_lines), and the values
-// are gather(x, dim, indices), which carries the gradient. The sorted dim is moved last and
-// made contiguous first, so every line is a dense row. topk sorts the whole line and keeps k
-// (O(L log L); a selection algorithm would matter only for k << L on long lines).
+// sort, argsort, topk: the indices are computed on the input's device (std::sort per line with
+// ties broken by position on the CPU, CUB's segmented sort on CUDA via
+// backend::cuda::sort_lines), and the values are gather(x, dim, indices), which carries the
+// gradient. The sorted dim is moved last and made contiguous first, so every line is a dense
+// row. topk orders only its first k positions on the CPU (std::partial_sort) and sorts the
+// whole line on CUDA.
 #include "dltrain/ops/sort.hpp"
 
 #include <algorithm>
@@ -23,36 +24,42 @@ using backend::cpu::cast;
 
 namespace {
 
-// Stable argsort of every row of x (contiguous [lines, L]) into idx (int64 [lines, L]).
-void sort_rows_cpu(const Tensor& idx, const Tensor& x, int64_t lines, int64_t L, bool descending) {
+// Stable argsort of every row of x (contiguous [lines, L]) into idx (int64 [lines, L]); with
+// k < L only the first k positions of each row are ordered (partial sort, for topk). Equal
+// values are ordered by position, which makes the order total, so std::sort and
+// std::partial_sort give exactly the stable order.
+void sort_rows_cpu(const Tensor& idx, const Tensor& x, int64_t lines, int64_t L, bool descending,
+                   int64_t k) {
   dispatch_numeric(x.dtype(), "sort", [&]<class T>() {
     using A = acc_t<T>;
     const T* xp = x.data<T>();
     int64_t* ip = idx.data<int64_t>();
-    parallel_for(
-        0, lines, std::max<int64_t>(1, 4096 / std::max<int64_t>(L, 1)), [&](int64_t b, int64_t e) {
-          std::vector<A> key(static_cast<size_t>(L));
-          for (int64_t r = b; r < e; ++r) {
-            for (int64_t l = 0; l < L; ++l) key[l] = cast<A>(xp[r * L + l]);
-            int64_t* row = ip + r * L;
-            std::iota(row, row + L, int64_t{0});
-            // NaN is above every number.
-            auto less = [&](int64_t a, int64_t c) {
-              const A u = key[a], v = key[c];
-              if (u != u) return false;
-              return v != v || u < v;
-            };
-            if (descending)
-              std::stable_sort(row, row + L, [&](int64_t a, int64_t c) { return less(c, a); });
-            else
-              std::stable_sort(row, row + L, less);
-          }
-        });
+    parallel_for(0, lines, std::max<int64_t>(1, 4096 / std::max<int64_t>(L, 1)),
+                 [&](int64_t b, int64_t e) {
+                   std::vector<A> key(static_cast<size_t>(L));
+                   for (int64_t r = b; r < e; ++r) {
+                     for (int64_t l = 0; l < L; ++l) key[l] = cast<A>(xp[r * L + l]);
+                     int64_t* row = ip + r * L;
+                     std::iota(row, row + L, int64_t{0});
+                     // NaN is above every number; ties keep their positions' order.
+                     auto before = [&](int64_t a, int64_t c) {
+                       const A u = key[a], v = key[c];
+                       const bool un = u != u, vn = v != v;
+                       if (un || vn) return un && vn ? a < c : (descending ? un : vn);
+                       if (u != v) return descending ? u > v : u < v;
+                       return a < c;
+                     };
+                     if (k < L)
+                       std::partial_sort(row, row + k, row + L, before);
+                     else
+                       std::sort(row, row + L, before);
+                   }
+                 });
   });
 }
 
 // Indices (int64, x's shape) that sort x along d.
-Tensor sort_indices(const Tensor& x, int64_t d, bool descending) {
+Tensor sort_indices(const Tensor& x, int64_t d, bool descending, int64_t k = -1) {
   Tensor xt = x.detach();
   if (xt.dtype() == DType::b8) xt = xt.to(DType::u8);
   const int64_t last = x.dim() - 1;
@@ -64,7 +71,7 @@ Tensor sort_indices(const Tensor& x, int64_t d, bool descending) {
     if (is_floating(xt.dtype())) xt = masked_fill(xt, ne(xt, xt), NAN).contiguous();
     backend::cuda::sort_lines(idx, xt, lines, L, descending);
   } else {
-    sort_rows_cpu(idx, xt, lines, L, descending);
+    sort_rows_cpu(idx, xt, lines, L, descending, k < 0 ? L : k);
   }
   return idx.transpose(d, last);
 }
@@ -101,7 +108,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   DLTRAIN_CHECK(k >= 0 && k <= x.size(d), op, ": k = ", k, " is out of range for dimension ", d,
                 " of size ", x.size(d), " (input shape ", shape_str(x.shape()),
                 "); valid range is [0, ", x.size(d), "]");
-  const Tensor idx = sort_indices(x, d, largest).narrow(d, 0, k).contiguous();
+  const Tensor idx = sort_indices(x, d, largest, k).narrow(d, 0, k).contiguous();
   return {gather(x, d, idx), idx};
 }
 

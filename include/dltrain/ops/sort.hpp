@@ -2,7 +2,7 @@
 // computed indices, so their gradient is gather's (scattered back to the positions taken).
 // NaN sorts above every number (last ascending, first descending), as PyTorch. sort is stable
 // on both devices (equal values keep their order); on CUDA each line is sorted by CUB's
-// segmented radix sort, on the CPU by std::stable_sort per line.
+// segmented radix sort, on the CPU by std::sort per line with ties broken by position.
 #pragma once
 
 #include <utility>
