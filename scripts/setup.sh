@@ -8,7 +8,7 @@ set -euo pipefail
 
 pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
       libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist
-      nlohmann-json3-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv)
+      nlohmann-json3-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv python3-pip)
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch python3-torchvision python3-numpy)
 fi
@@ -30,6 +30,30 @@ peers_venv() {
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q torch torchvision numpy
 }
+# oneDNN 3.x for the CPU convolutions, batch norm and pooling: PyPI's onednn-devel-cpu-gomp
+# (oneDNN 3.2.0, built on GNU OpenMP like Debian's, so dltrain's parallel_for shares its thread
+# team) into the git-ignored prefix .deps/onednn, which CMake takes before Debian's libdnnl-dev
+# (2.6, installed above and the fallback when PyPI cannot be reached). PyPI's newer `onednn`
+# wheels are SYCL + TBB builds and do not fit (docs/design.md, "CPU ops"). Uses Debian's
+# /usr/bin/python3 (its pip; --prefix installs nothing into that Python), whatever python3 is
+# first on PATH.
+onednn_prefix() {
+  local prefix py=/usr/bin/python3 pkgs=(onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0)
+  prefix="$(cd "$(dirname "$0")/.." && pwd)/.deps/onednn"
+  if [[ -f $prefix/lib/libdnnl.so.3 && -f $prefix/lib/cmake/dnnl/dnnl-config.cmake ]]; then
+    echo "setup: oneDNN $(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' \
+      "$prefix/lib/cmake/dnnl/dnnl-config-version.cmake") in $prefix"
+    return 0
+  fi
+  echo "setup: installing ${pkgs[*]} from PyPI into $prefix with $py -m pip"
+  # DEB_PYTHON_INSTALL_LAYOUT: Debian's pip would otherwise put a --prefix install under
+  # $prefix/local/.
+  if ! DEB_PYTHON_INSTALL_LAYOUT=deb_system "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    --no-deps --ignore-installed --prefix "$prefix" "${pkgs[@]}" ||
+    [[ ! -f $prefix/lib/cmake/dnnl/dnnl-config.cmake ]]; then
+    echo "setup: WARNING: could not install oneDNN 3 from PyPI; builds use Debian's libdnnl-dev 2.6"
+  fi
+}
 # .venv-tb: TensorBoard's own event reader (and pillow to decode the images) for the test that
 # reads dltrain's event files back (tests/train/read_events.py); about 180 MB, no GPU libraries.
 tb_venv() {
@@ -44,6 +68,7 @@ tb_venv() {
 }
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#pkgs[@]} packages present"
+  onednn_prefix
   tb_venv
   peers_venv "${1:-}"
   exit 0
@@ -54,5 +79,6 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+onednn_prefix
 tb_venv
 peers_venv "${1:-}"
