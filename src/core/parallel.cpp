@@ -202,6 +202,26 @@ void set_num_threads(int n) {
 
 bool in_parallel_region() { return t_in_parallel; }
 
+void detail::for_each_compute_thread(const std::function<void()>& f) {
+#ifdef _OPENMP
+  // Every thread of a team runs the region's body once; the widest team covers the threads
+  // that any narrower one reuses (libgomp keeps its idle threads for the next region).
+  const int team = std::max(get_num_threads(), omp_get_max_threads());
+#pragma omp parallel num_threads(team)
+  f();
+#else
+  Pool& p = pool();
+  const int n = p.size();
+  // One chunk per thread: each chunk waits until all have started, so no thread takes two.
+  std::atomic<int> arrived{0};
+  p.run(n, [&](int64_t) {
+    f();
+    arrived.fetch_add(1);
+    while (arrived.load() < n) std::this_thread::yield();
+  });
+#endif
+}
+
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& f) {
   if (end <= begin) return;

@@ -1,11 +1,15 @@
 #include "dltrain/train/preemption.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "dltrain/core/error.hpp"
+#include "dltrain/core/parallel.hpp"
 #include "dltrain/distributed/process_group.hpp"
 
 namespace dltrain::train {
@@ -24,6 +28,14 @@ extern "C" void on_preemption_signal(int sig) {
 }
 
 }  // namespace
+
+// The thread that receives the signals (sigwait) while every computing thread blocks them.
+struct PreemptionHandler::Watcher {
+  sigset_t set;
+  sigset_t caller_mask;  // the creating thread's mask before
+  std::atomic<bool> quit{false};
+  std::thread thread;
+};
 
 const char* signal_name(int sig) {
   switch (sig) {
@@ -77,9 +89,44 @@ PreemptionHandler::PreemptionHandler(std::vector<int> signals, int check_every)
                    ": ", std::strerror(err));
     }
   }
+  // The handler above stays as the fallback for threads that do not block the signals (made
+  // before this handler by other libraries, such as MPI's progress threads; they run no JIT
+  // code). The computing threads block them, and the watcher takes them with sigwait.
+  auto w = std::make_unique<Watcher>();
+  sigemptyset(&w->set);
+  for (int s : signals_) sigaddset(&w->set, s);
+  pthread_sigmask(SIG_BLOCK, &w->set, &w->caller_mask);
+  const sigset_t* set = &w->set;
+  detail::for_each_compute_thread([set] { pthread_sigmask(SIG_BLOCK, set, nullptr); });
+  try {
+    w->thread = std::thread([wp = w.get()] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&wp->set, &sig) != 0) continue;
+        if (wp->quit.load()) return;
+        int none = 0;
+        g_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);
+      }
+    });
+  } catch (const std::system_error& e) {
+    detail::for_each_compute_thread([set] { pthread_sigmask(SIG_UNBLOCK, set, nullptr); });
+    pthread_sigmask(SIG_SETMASK, &w->caller_mask, nullptr);
+    for (size_t i = 0; i < signals_.size(); ++i) sigaction(signals_[i], &previous_[i], nullptr);
+    g_installed.store(false);
+    DLTRAIN_FAIL("PreemptionHandler: cannot start the signal watcher thread: ", e.what());
+  }
+  watcher_ = std::move(w);
 }
 
 PreemptionHandler::~PreemptionHandler() {
+  Watcher& w = *watcher_;
+  w.quit.store(true);
+  pthread_kill(w.thread.native_handle(), signals_.front());  // wakes sigwait
+  w.thread.join();
+  // Unblocked while our handler is still installed: a signal that came meanwhile is recorded.
+  const sigset_t* set = &w.set;
+  detail::for_each_compute_thread([set] { pthread_sigmask(SIG_UNBLOCK, set, nullptr); });
+  pthread_sigmask(SIG_SETMASK, &w.caller_mask, nullptr);
   for (size_t i = 0; i < signals_.size(); ++i) sigaction(signals_[i], &previous_[i], nullptr);
   g_installed.store(false);
 }

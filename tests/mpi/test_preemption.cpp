@@ -3,7 +3,11 @@
 // written there is consistent.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "dltrain/dltrain.hpp"
 
@@ -17,7 +21,13 @@ TEST_CASE("preemption: a signal on the last rank stops every rank at the same la
   const int signalled_rank = world.size() - 1;
   int stopped_at = -1;
   for (int step = 0; step < 10; ++step) {
-    if (world.rank() == signalled_rank && step == 4) std::raise(SIGUSR1);
+    if (world.rank() == signalled_rank && step == 4) {
+      // As Slurm does: to the process, taken by the handler's watcher thread (asynchronously).
+      REQUIRE(::kill(::getpid(), SIGUSR1) == 0);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!preempt.signalled() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (preempt.requested()) {
       stopped_at = step;
       break;

@@ -32,4 +32,11 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
 /// True while the calling thread is executing a parallel_for chunk.
 bool in_parallel_region();
 
+namespace detail {
+/// Runs `f` once on every thread of the compute team that parallel_for uses (the OpenMP team
+/// of the widest size in use, or the own pool), the calling thread included; `f` must not
+/// throw. For per-thread state such as signal masks (train::PreemptionHandler).
+void for_each_compute_thread(const std::function<void()>& f);
+}  // namespace detail
+
 }  // namespace dltrain
