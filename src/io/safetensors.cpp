@@ -86,6 +86,7 @@ const char* file_dtype_of(DType t) {
 
 // --- JSON ------------------------------------------------------------------------------
 
+struct JsonMember;
 struct Json {
   enum class Kind { Null, Bool, Number, String, Array, Object };
   Kind kind = Kind::Null;
@@ -94,7 +95,13 @@ struct Json {
   uint64_t uint = 0;
   std::string str;  // a string's value, or a number's text
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;  // in document order, duplicates kept
+  // In document order, duplicates kept. Not a std::pair: a vector may hold an incomplete type
+  // (C++17), a pair may not (clang rejects it).
+  std::vector<JsonMember> object;
+};
+struct JsonMember {
+  std::string key;
+  Json value;
 };
 
 const char* kind_name(Json::Kind k) {
@@ -185,7 +192,7 @@ class JsonParser {
       skip_ws();
       expect(':', "after an object key");
       skip_ws();
-      v.object.emplace_back(std::move(key), value(depth + 1));
+      v.object.push_back(JsonMember{std::move(key), value(depth + 1)});
       skip_ws();
       if (peek() == ',') {
         ++i_;

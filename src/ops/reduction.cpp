@@ -248,7 +248,7 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
 
 Tensor extreme_all(const char* op, const Tensor& x, bool is_max) {
   Tensor flat = x.detach().reshape({-1});
-  auto [v, i] = extreme_dim(op, flat, 0, false, is_max);
+  const Tensor v = extreme_dim(op, flat, 0, false, is_max).first;
   autograd::record(op, {x}, {v}, [x = x.detach(), v](const std::vector<Tensor>& g) {
     Tensor mask = eq(x, v).to(g[0].dtype());
     return std::vector<Tensor>{mul(mask, div(g[0], sum(mask)))};

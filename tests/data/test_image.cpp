@@ -363,7 +363,9 @@ TEST_CASE("A bad JPEG never breaks later decodes on the same thread", "[image][j
     REQUIRE(crop(r, at).pixels == crop(want_region, want_at).pixels);
   };
   int failures = 0;
-  for (const auto& [what, bytes] : bad) {
+  for (const auto& entry : bad) {
+    const auto& what = entry.first;
+    const auto& bytes = entry.second;  // a reference, not a binding: lambdas capture it
     INFO("after: " << what);
     // Each entry point in turn, each followed by the valid file.
     auto expect_error = [&](auto&& call) {
