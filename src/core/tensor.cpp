@@ -35,7 +35,12 @@ Shape contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (int64_t i = static_cast<int64_t>(s.size()) - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
+    // A shape read from a file can be anything: its strides must fit 64 bits even when
+    // another dimension is 0 (then it has no elements, yet the strides are computed).
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(s[i], 1), &acc))
+      DLTRAIN_FAIL("shape ", shape_str(s),
+                   " is too large: its element count does not fit in 64 bits (a corrupt file "
+                   "header or a size computed wrongly)");
   }
   return st;
 }
@@ -330,7 +335,14 @@ Tensor& Tensor::fill_(double value) {
   }
   dispatch_all(dtype(), [&]<class T>() {
     const T v = backend::cpu::cast<T>(value);
-    backend::cpu::unary_map<T, T>(*this, *this, [v](T) { return v; });
+    // Writes only: the old contents may be uninitialised (reading them as bool is UB).
+    backend::cpu::for_each_strided<1>(
+        shape(), {static_cast<char*>(data_ptr())}, {strides()}, {sizeof(T)},
+        [v](const std::array<char*, 1>& p, const std::array<int64_t, 1>& s, int64_t n) {
+          T* o = reinterpret_cast<T*>(p[0]);
+          const int64_t so = s[0] / static_cast<int64_t>(sizeof(T));
+          for (int64_t i = 0; i < n; ++i) o[i * so] = v;
+        });
   });
   return *this;
 }

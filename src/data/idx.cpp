@@ -211,7 +211,7 @@ Tensor read_idx(const std::string& path) {
   Shape shape(static_cast<size_t>(ndim));
   // Element count with overflow detection: anything above 2^62 bytes is not a real file.
   constexpr uint64_t kMaxBytes = uint64_t{1} << 62;
-  uint64_t numel = 1;
+  uint64_t numel = 1, extent = 1;
   bool too_big = false;
   for (int d = 0; d < ndim; ++d) {
     const unsigned char* b = dims_raw.data() + 4 * d;
@@ -220,6 +220,9 @@ Tensor read_idx(const std::string& path) {
     shape[static_cast<size_t>(d)] = static_cast<int64_t>(s);
     if (s != 0 && numel > kMaxBytes / s) too_big = true;
     numel *= s;
+    // The strides multiply the non-zero sizes, even when another size is 0.
+    if (s != 0 && extent > kMaxBytes / s) too_big = true;
+    extent *= std::max<uint64_t>(s, 1);
   }
   too_big = too_big || numel > kMaxBytes / type->file_size;
   const uint64_t data_bytes = too_big ? kMaxBytes : numel * type->file_size;

@@ -162,7 +162,8 @@ void conv_backward(const T* x, const T* w, const T* gy, T* gx, T* gw, T* gb, con
                 const T* src = gy + ((n + j) * s.Cout + gr * Og + o) * L;
                 std::copy(src, src + L, gybuf.get() + o * gn * L + j * L);
               }
-          const Mat<const T> wg{w + gr * Og * K, Og, K, K, 1};
+          // w is null when only the weight gradient is wanted (no offset on a null pointer).
+          const Mat<const T> wg{w ? w + gr * Og * K : nullptr, Og, K, K, 1};
           for (int64_t oh0 = 0; oh0 < s.Ho; oh0 += R) {
             const int64_t oh1 = std::min(s.Ho, oh0 + R), li = (oh1 - oh0) * s.Wo, cols = gn * li;
             const Mat<const T> gyg =

@@ -249,7 +249,10 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
 Tensor extreme_all(const char* op, const Tensor& x, bool is_max) {
   Tensor flat = x.detach().reshape({-1});
   const Tensor v = extreme_dim(op, flat, 0, false, is_max).first;
-  autograd::record(op, {x}, {v}, [x = x.detach(), v](const std::vector<Tensor>& g) {
+  // The closure keeps a detached handle: `v` itself gets this node as its grad_fn, and a node
+  // that owns its own output is a reference cycle that leaks the whole graph when no backward
+  // runs (as in max(abs(a - b)).item(); found by LeakSanitizer).
+  autograd::record(op, {x}, {v}, [x = x.detach(), v = v.detach()](const std::vector<Tensor>& g) {
     Tensor mask = eq(x, v).to(g[0].dtype());
     return std::vector<Tensor>{mul(mask, div(g[0], sum(mask)))};
   });

@@ -183,6 +183,14 @@ TEST_CASE("IDX errors name the file and what is wrong", "[data][idx]") {
   expect("trailing", cat_bytes(idx_header(0x08, {2}), {1, 2, 3}), "1 unexpected bytes");
   // A header promising ~2^96 elements must fail cleanly, not try to allocate.
   expect("huge", idx_header(0x0E, {0xffffffffu, 0xffffffffu, 0xffffffffu}), "truncated");
+  // No elements (a 0 size), but strides over the other sizes that overflow 64 bits (found by
+  // fuzz_idx: signed overflow in the stride computation before any check).
+  expect("zero_but_huge",
+         idx_header(0x08, {0xd7063e04u, 0x35660000u, 0, 1, 0x5d929833u, 0x2f200169u}), "truncated");
+}
+
+TEST_CASE("A shape whose strides overflow 64 bits is refused", "[core][idx]") {
+  CHECK_THROWS_WITH(dltrain::empty({0, int64_t{1} << 40, int64_t{1} << 40}), Contains("too large"));
 }
 
 TEST_CASE("IDX gzip stream errors name the file", "[data][idx][gzip]") {
