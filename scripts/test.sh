@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, configures, builds, runs every
 # test with ctest, then proves `find_package(dltrain)` works from an installed copy.
-# Environment: BUILD_DIR (default build), DLTRAIN_CUDA (AUTO), JOBS (2).
+# Environment: BUILD_DIR (default build), DLTRAIN_CUDA (AUTO), JOBS (2), SANITIZE (1: then
+# scripts/sanitize.sh runs the sanitizer and fuzzing builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -22,3 +23,9 @@ cmake --install "$build" --prefix "$prefix/usr" > /dev/null
 cmake -S tests/install -B "$prefix/consumer" -DCMAKE_PREFIX_PATH="$prefix/usr" > /dev/null
 cmake --build "$prefix/consumer" -j "$jobs" > /dev/null
 "$prefix/consumer/consumer"
+
+# AddressSanitizer + UndefinedBehaviorSanitizer on the CPU tests, the libFuzzer targets, and
+# ThreadSanitizer on the loader and the thread pool (SANITIZE=0 skips them).
+if [[ "${SANITIZE:-1}" != 0 ]]; then
+  JOBS=$jobs bash scripts/sanitize.sh
+fi
