@@ -17,4 +17,22 @@ void require_cpu(const char* op, std::initializer_list<const Tensor*> ts);
 /// Throws unless t has `n` dimensions.
 void check_dim(const char* op, const Tensor& t, int64_t n, const char* name);
 
+/// A contiguous tensor seen as [outer, L, inner] around dimension `dim`: the sizes before,
+/// at and after it (the reductions, softmaxes, scans and gathers along one dimension).
+struct Lines {
+  int64_t outer = 1, L = 1, inner = 1;
+};
+inline Lines lines_of(const Shape& shape, int64_t dim) {
+  Lines s;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < dim)
+      s.outer *= shape[d];
+    else if (d == dim)
+      s.L = shape[d];
+    else
+      s.inner *= shape[d];
+  }
+  return s;
+}
+
 }  // namespace dltrain::detail

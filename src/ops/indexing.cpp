@@ -43,26 +43,12 @@ namespace {
 // The upstream gradient in the input's dtype.
 Tensor grad_as(const Tensor& g, DType dt) { return g.dtype() == dt ? g : g.to(dt); }
 
-// Sizes before dim, at dim and after dim.
-struct Split3 {
-  int64_t outer = 1, L = 1, inner = 1;
-};
-Split3 split3(const Shape& s, int64_t dim) {
-  Split3 r;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < dim)
-      r.outer *= s[d];
-    else if (d == dim)
-      r.L = s[d];
-    else
-      r.inner *= s[d];
-  }
-  return r;
-}
+using detail::Lines;
+using detail::lines_of;
 
 // out[o, k, :] = x[o, idx[k], :] for contiguous x [outer, L, inner]; out contiguous [outer, K,
 // inner].
-void take_rows(const Tensor& xc, const Split3& s, const std::vector<int64_t>& idx,
+void take_rows(const Tensor& xc, const Lines& s, const std::vector<int64_t>& idx,
                const Tensor& out) {
   const int64_t K = static_cast<int64_t>(idx.size());
   const size_t es = xc.element_size();
@@ -80,7 +66,7 @@ void take_rows(const Tensor& xc, const Split3& s, const std::vector<int64_t>& id
 }
 
 // dst[o, idx[k], :] += src[o, k, :] (both contiguous), skipping idx[k] == skip.
-void index_add_rows(const Tensor& dst, const Split3& s, const std::vector<int64_t>& idx,
+void index_add_rows(const Tensor& dst, const Lines& s, const std::vector<int64_t>& idx,
                     const Tensor& src, int64_t skip = -1, const char* op = "index_add") {
   const int64_t K = static_cast<int64_t>(idx.size());
   const int64_t B = 256;
@@ -189,7 +175,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                   " is out of range for ", num, " embeddings; valid range is [", -num, ", ", num,
                   ")");
   }
-  const Split3 s{1, num, D};
+  const Lines s{1, num, D};
   Shape out_shape = indices.shape();
   out_shape.push_back(D);
   Tensor out = empty(out_shape, weight.options());
@@ -228,7 +214,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   DLTRAIN_CHECK(index.dim() <= 1, op, ": index must be 1-d but has shape ",
                 shape_str(index.shape()), "; flatten it with .reshape({-1})");
   if (x.device().is_cuda()) {
-    const Split3 s = split3(x.shape(), d);
+    const Lines s = lines_of(x.shape(), d);
     Tensor idx = device_index(op, index, "index");
     Shape out_shape = x.shape();
     out_shape[d] = index.numel();
@@ -245,7 +231,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   }
   const std::vector<int64_t> idx = read_index(op, index, "index");
   check_range(op, idx, x.size(d), "the selected dimension");
-  const Split3 s = split3(x.shape(), d);
+  const Lines s = lines_of(x.shape(), d);
   Shape out_shape = x.shape();
   out_shape[d] = static_cast<int64_t>(idx.size());
   Tensor out = empty(out_shape, x.options());
@@ -384,7 +370,7 @@ Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
   DLTRAIN_CHECK(num_segments >= 0, op, ": num_segments must be >= 0 but is ", num_segments);
   Shape out_shape = src.shape();
   out_shape[0] = num_segments;
-  const Split3 s{1, num_segments, shape_numel(Shape(src.shape().begin() + 1, src.shape().end()))};
+  const Lines s{1, num_segments, shape_numel(Shape(src.shape().begin() + 1, src.shape().end()))};
   if (src.device().is_cuda()) {
     Tensor ids = device_index(op, segment_ids, "segment_ids");
     Tensor out = zeros(out_shape, src.options());
@@ -460,7 +446,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   const DType dt = x.dtype();
   // 16-bit floats accumulate in f32 and round once at the end.
   const DType acc = dt == DType::f16 || dt == DType::bf16 ? DType::f32 : dt;
-  const Split3 s = split3(x.shape(), d);
+  const Lines s = lines_of(x.shape(), d);
   Tensor out = empty(x.shape(), TensorOptions(acc).with_device(x.device()));
   Tensor sc, idx;
   {

@@ -36,23 +36,8 @@ namespace {
 
 constexpr int64_t kColBlock = 64;
 
-// A contiguous tensor seen as [outer, L, inner] around dimension `dim`.
-struct Lines {
-  int64_t outer = 1, L = 1, inner = 1;
-};
-
-Lines lines_of(const Shape& shape, int64_t dim) {
-  Lines s;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (d < dim)
-      s.outer *= shape[d];
-    else if (d == dim)
-      s.L = shape[d];
-    else
-      s.inner *= shape[d];
-  }
-  return s;
-}
+using detail::Lines;
+using detail::lines_of;
 
 // Calls f(base, ncols) for every block of up to kColBlock inner columns of every outer index;
 // element (l, j) of the block is at base + l * inner + j.

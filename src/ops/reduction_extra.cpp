@@ -28,21 +28,8 @@ using backend::cuda::LineOp;
 
 namespace {
 
-struct Lines {
-  int64_t outer = 1, L = 1, inner = 1;
-};
-Lines lines_of(const Shape& s, int64_t dim) {
-  Lines r;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < dim)
-      r.outer *= s[d];
-    else if (d == dim)
-      r.L = s[d];
-    else
-      r.inner *= s[d];
-  }
-  return r;
-}
+using detail::Lines;
+using detail::lines_of;
 
 void line_cpu(const Tensor& out, const Tensor& x, const Lines& s, LineOp op) {
   constexpr int64_t B = 64;
