@@ -1,0 +1,444 @@
+// A convolutional variational autoencoder on Fashion-MNIST: the showcase of modules with several
+// outputs (the encoder is an nn::Chain whose last stage returns (mu, logvar), and the VAE returns
+// (reconstruction, mu, logvar)), of the transposed convolution (the decoder's upsampling), of
+// randn_like (the reparameterisation) and of binary_cross_entropy on probabilities.
+//
+//   vae [--data DIR] [--epochs 10] [--batch-size 128] [--lr 1e-3] [--latent 16] [--seed 0]
+//       [--threads N] [--device cpu|cuda[:N]] [--num-workers N] [--out DIR] [--json PATH]
+//       [--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
+//       [--test] [--test-nsteps 30] [--bench] [--bench-steps 50]
+//
+// The loss is the negative ELBO per image in nats: the reconstruction's binary cross-entropy
+// summed over the 784 pixels plus the closed-form KL divergence of N(mu, exp(logvar)) from
+// N(0, I), averaged over the batch (as the PyTorch VAE example). Test figures draw the
+// reparameterisation noise from a generator seeded afresh for each evaluation, so one set of
+// weights always gives the same test loss: the example saves its weights (safetensors), loads
+// them into a new model and checks that the test loss is the same, bit for bit. It writes a grid
+// of samples (random z decoded) and a grid of test images over their reconstructions as PNG.
+// --bench times training steps on one fixed batch (the peer: benchmarks/peers/pytorch_vae.py).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "dltrain/data/dataloader.hpp"
+#include "dltrain/data/vision.hpp"
+#include "dltrain/dltrain.hpp"
+#include "dltrain/io/safetensors.hpp"
+#include "dltrain/optim/adam.hpp"
+#include "dltrain/optim/scheduler.hpp"
+#include "dltrain/train/chronometer.hpp"
+#include "dltrain/train/metrics.hpp"
+#include "dltrain/train/progress.hpp"
+#include "examples/common/example_util.hpp"
+
+using namespace dltrain;
+using namespace dltrain::examples;
+
+namespace {
+
+struct Args {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  int64_t epochs = 10;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  int64_t latent = 16;
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string device = "cpu";
+  int64_t num_workers = 0;
+  std::string out = "vae_out";
+  std::string json;
+  std::string checkpoint;
+  bool resume = false;
+  std::string metrics;
+  std::string tensorboard;
+  bool test = false;
+  int64_t test_nsteps = 30;
+  bool bench = false;
+  int64_t bench_steps = 50;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  Flags f("vae",
+          "[--data DIR] [--epochs N] [--batch-size N] [--lr X] [--latent N] [--seed N] "
+          "[--threads N] [--device cpu|cuda[:N]] [--num-workers N] [--out DIR] [--json PATH] "
+          "[--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] "
+          "[--test] [--test-nsteps N] [--bench] [--bench-steps N]");
+  f.add("--data", &a.data).add("--epochs", &a.epochs).add("--batch-size", &a.batch_size);
+  f.add("--lr", &a.lr).add("--latent", &a.latent).add("--seed", &a.seed);
+  f.add("--threads", &a.threads).add("--device", &a.device).add("--num-workers", &a.num_workers);
+  f.add("--out", &a.out).add("--json", &a.json).add("--checkpoint", &a.checkpoint);
+  f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
+  f.add("--test-nsteps", &a.test_nsteps).add("--bench-steps", &a.bench_steps);
+  f.add_switch("--resume", &a.resume).add_switch("--test", &a.test).add_switch("--bench", &a.bench);
+  f.parse(argc, argv);
+  if (a.epochs <= 0 || a.batch_size <= 0 || a.latent <= 0 || a.test_nsteps <= 0 ||
+      a.bench_steps <= 0)
+    f.fail("--epochs, --batch-size, --latent, --test-nsteps and --bench-steps must be positive");
+  try {
+    (void)parse_device(a.device);
+  } catch (const std::exception&) {
+    f.fail("bad value for --device: " + a.device + " (cpu, cuda or cuda:N)");
+  }
+  return a;
+}
+
+// ---- the model -------------------------------------------------------------------------------
+
+// The encoder's last stage: one tensor in, two out. Its call is operator(), not forward, since
+// forward(const Tensor&) is Module's virtual one-tensor call (see docs/design.md).
+struct GaussianHeads : nn::Module {
+  std::shared_ptr<nn::Linear> mu, logvar;
+  GaussianHeads(int64_t in, int64_t latent) : nn::Module("GaussianHeads") {
+    mu = register_module("mu", std::make_shared<nn::Linear>(in, latent));
+    logvar = register_module("logvar", std::make_shared<nn::Linear>(in, latent));
+  }
+  std::pair<Tensor, Tensor> operator()(const Tensor& h) {
+    return {mu->forward(h), logvar->forward(h)};
+  }
+};
+
+// [N, 1, 28, 28] -> (mu, logvar), each [N, latent]: a typed Chain of a plain Sequential (the
+// convolutional trunk) and the two heads; (*encoder)(x) returns the heads' std::pair.
+using Encoder = nn::Chain<nn::Sequential, GaussianHeads>;
+
+std::shared_ptr<Encoder> make_encoder(int64_t latent) {
+  const nn::Conv2dOptions s2{.stride = 2, .padding = 1};
+  auto trunk = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 32, 4, s2),   // 28 -> 14
+      std::make_shared<nn::ReLU>(),                 //
+      std::make_shared<nn::Conv2d>(32, 64, 4, s2),  // 14 -> 7
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>()});
+  return nn::chain(trunk, std::make_shared<GaussianHeads>(64 * 7 * 7, latent));
+}
+
+// z [N, latent] -> probabilities [N, 1, 28, 28]: a one-tensor module, so it is also called
+// alone (decoding random z into samples).
+struct Decoder : nn::Module {
+  std::shared_ptr<nn::Linear> fc;
+  std::shared_ptr<nn::ConvTranspose2d> up1, up2;
+  explicit Decoder(int64_t latent) : nn::Module("Decoder") {
+    const nn::ConvTranspose2dOptions s2{.stride = 2, .padding = 1};
+    fc = register_module("fc", std::make_shared<nn::Linear>(latent, 64 * 7 * 7));
+    up1 = register_module("up1", std::make_shared<nn::ConvTranspose2d>(64, 32, 4, s2));  // 7->14
+    up2 = register_module("up2", std::make_shared<nn::ConvTranspose2d>(32, 1, 4, s2));   // ->28
+  }
+  Tensor forward(const Tensor& z) override {
+    const Tensor h = relu(fc->forward(z)).view({z.size(0), 64, 7, 7});
+    return sigmoid(up2->forward(relu(up1->forward(h))));
+  }
+};
+
+struct VAE : nn::Module {
+  std::shared_ptr<Encoder> encoder;
+  std::shared_ptr<Decoder> decoder;
+  explicit VAE(int64_t latent) : nn::Module("VAE") {
+    encoder = register_module("encoder", make_encoder(latent));
+    decoder = register_module("decoder", std::make_shared<Decoder>(latent));
+  }
+  // x -> (reconstruction, mu, logvar); z = mu + exp(logvar / 2) * eps with eps ~ N(0, I) drawn
+  // from `gen` (the global generator when null).
+  std::tuple<Tensor, Tensor, Tensor> operator()(const Tensor& x, Generator* gen = nullptr) {
+    auto [mu, logvar] = (*encoder)(x);
+    const Tensor z = add(mu, mul(exp(mul(logvar, 0.5)), randn_like(mu, gen)));
+    return {decoder->forward(z), mu, logvar};
+  }
+};
+
+struct LossTerms {
+  Tensor recon, kl;  // summed over the batch (scalars)
+};
+// BCE of the reconstruction (summed over pixels and images) and KL(N(mu, sigma^2) || N(0, I)) =
+// -1/2 sum(1 + logvar - mu^2 - exp(logvar)). kl_div is PyTorch's KLDivLoss between two given
+// distributions, not this closed form, so the closed form is written with ops.
+LossTerms vae_loss(const Tensor& recon, const Tensor& x, const Tensor& mu, const Tensor& logvar) {
+  const Tensor bce = binary_cross_entropy(recon, x, {}, Reduction::Sum);
+  const Tensor kl = mul(sum(sub(add(logvar, 1.0), add(square(mu), exp(logvar)))), -0.5);
+  return {bce, kl};
+}
+
+struct TestResult {
+  double loss = 0, recon = 0, kl = 0;  // per image
+};
+
+// The test set's negative ELBO per image, the noise from Generator(seed): deterministic.
+TestResult evaluate(VAE& model, data::DataLoader& loader, Device device, uint64_t seed) {
+  model.eval();
+  NoGradGuard ng;
+  Generator gen(seed);
+  double recon = 0, kl = 0;
+  int64_t n = 0;
+  for (const data::Batch& hb : loader) {
+    const Tensor x = hb.data.to(device);
+    auto [r, mu, logvar] = model(x, &gen);
+    const LossTerms l = vae_loss(r, x, mu, logvar);
+    recon += l.recon.item<double>();
+    kl += l.kl.item<double>();
+    n += hb.size();
+  }
+  const double dn = static_cast<double>(n);
+  return {(recon + kl) / dn, recon / dn, kl / dn};
+}
+
+// [N, 1, H, W] in [0, 1] -> one [1, rows * (H + 2), cols * (W + 2)] image, a grey 1-pixel frame
+// around each tile.
+Tensor grid(const Tensor& images, int64_t cols) {
+  const Tensor p =
+      pad(images.to(Device::cpu()).to(DType::f32), {1, 1, 1, 1}, PadMode::Constant, 0.5);
+  const int64_t n = p.size(0), h = p.size(2), w = p.size(3), rows = n / cols;
+  return p.narrow(0, 0, rows * cols)
+      .reshape({rows, cols, h, w})
+      .permute({0, 2, 1, 3})
+      .reshape({1, rows * h, cols * w});
+}
+
+// Writes `chw` as a PNG; false (with a note) in a build without libpng.
+bool write_png(const std::string& path, const Tensor& chw) {
+  std::string bytes;
+  try {
+    bytes = train::encode_png(train::image_from_tensor(chw));
+  } catch (const Error& e) {
+    std::printf("PNG not written (%s)\n", e.what());
+    return false;
+  }
+  std::ofstream f(path, std::ios::binary);
+  DLTRAIN_CHECK(f.good(), "vae: cannot write '", path, "'");
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  DLTRAIN_CHECK(f.good(), "vae: write to '", path, "' failed");
+  std::printf("wrote %s\n", path.c_str());
+  return true;
+}
+
+struct EpochReport {
+  int64_t epoch;
+  double time_s, train_loss, img_per_s;
+  TestResult test;
+};
+
+// --bench: `steps` training steps on one fixed batch after 5 warm-up steps; returns the
+// chronometer's summary (the peer script times the same loop).
+train::ChronometerSummary bench(VAE& model, optim::Optimizer& opt, const Tensor& x, int64_t steps) {
+  model.train();
+  train::Chronometer chrono({.device = x.device(), .warmup_steps = 5});
+  for (int64_t i = 0; i < steps + 5; ++i) {
+    chrono.begin_step();
+    auto [r, mu, logvar] = model(x);
+    const LossTerms l = vae_loss(r, x, mu, logvar);
+    const Tensor loss = mul(add(l.recon, l.kl), 1.0 / static_cast<double>(x.size(0)));
+    chrono.lap(train::Phase::Forward);
+    opt.zero_grad();
+    loss.backward();
+    chrono.lap(train::Phase::Backward);
+    opt.step();
+    (void)loss.item<double>();
+    chrono.lap(train::Phase::Optimizer);
+    chrono.end_step(x.size(0));
+  }
+  std::printf("%s", chrono.table("vae --bench, batch " + std::to_string(x.size(0))).c_str());
+  return chrono.summary();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  try {
+    if (args.threads > 0) set_num_threads(args.threads);
+    manual_seed(args.seed);
+    const Device device = parse_device(args.device);
+    if (device.is_cuda()) cuda::set_device(device.index);
+    auto t_load = Clock::now();
+    // No normalisation: pixels in [0, 1] are the BCE targets.
+    auto train_set = std::make_shared<data::MNIST>(args.data, true);
+    auto test_set = std::make_shared<data::MNIST>(args.data, false);
+    std::printf(
+        "Fashion-MNIST from %s: %lld train, %lld test images (loaded in %.2f s), %d threads\n",
+        args.data.c_str(), static_cast<long long>(train_set->size()),
+        static_cast<long long>(test_set->size()), seconds(t_load, Clock::now()), get_num_threads());
+
+    auto model = std::make_shared<VAE>(args.latent);
+    model->to(device);
+    std::printf("model: %lld parameters\n%s\n", static_cast<long long>(model->num_parameters()),
+                model->str().c_str());
+    optim::Adam opt(model->parameters(), {.lr = args.lr});
+
+    if (args.bench) {
+      const Tensor x = train_set->data().narrow(0, 0, args.batch_size).to(device);
+      const train::ChronometerSummary s = bench(*model, opt, x, args.bench_steps);
+      std::printf("bench: median step %.2f ms, %.0f img/s (batch %lld, %d threads)\n",
+                  1e3 * s.step.median, static_cast<double>(args.batch_size) / s.step.median,
+                  static_cast<long long>(args.batch_size), get_num_threads());
+      if (!args.json.empty()) {
+        std::ofstream js(args.json);
+        DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
+        js << "{\"framework\": \"dltrain\", \"mode\": \"bench\", \"device\": \"" << device.str()
+           << "\", \"threads\": " << get_num_threads() << ", \"batch_size\": " << args.batch_size
+           << ", \"latent\": " << args.latent << ", \"steps\": " << s.measured_steps
+           << ", \"step_ms_median\": " << 1e3 * s.step.median
+           << ", \"img_per_s\": " << static_cast<double>(args.batch_size) / s.step.median << "}\n";
+        std::printf("wrote %s\n", args.json.c_str());
+      }
+      return 0;
+    }
+
+    data::DataLoaderOptions lo;
+    lo.batch_size = args.batch_size;
+    lo.shuffle = true;
+    lo.drop_last = true;
+    lo.seed = args.seed;
+    lo.num_workers = args.num_workers;
+    data::DataLoaderOptions to;
+    to.batch_size = 1000;
+    data::DataLoader train_loader(train_set, lo), test_loader(test_set, to);
+
+    // A constant learning rate; the scheduler and the (disabled) scaler are what a checkpoint
+    // holds beside the model and Adam's moments.
+    optim::LambdaLR sched(opt, [](int64_t) { return 1.0; });
+    amp::GradScaler scaler({.enabled = false});
+    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "vae"}});
+    const io::TrainingProgress start = ckpt.resume(args.resume);
+    int64_t step = start.step;
+
+    const bool jsonl = args.metrics.ends_with(".jsonl");
+    train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
+                                  .jsonl = jsonl ? args.metrics : "",
+                                  .tensorboard = args.tensorboard,
+                                  .append = args.resume});
+    const int64_t steps_per_epoch = train_loader.size();
+    train::Progress progress(
+        {.total_steps = args.test ? std::min(args.test_nsteps, steps_per_epoch) : steps_per_epoch,
+         .every = args.test ? 10 : 0,
+         .label = "  train"});
+    train::Chronometer chrono({.device = device});
+    std::vector<EpochReport> reports;
+    const uint64_t eval_seed = args.seed + 1;
+    bool done = args.test && step >= args.test_nsteps;
+    for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
+      model->train();
+      train_loader.set_epoch(epoch);
+      if (epoch == start.epoch) train_loader.set_start_batch(start.batch_in_epoch);
+      const int64_t first_batch = train_loader.start_batch();
+      double loss_sum = 0;
+      int64_t seen = 0, nb = 0;
+      auto t_epoch = Clock::now();
+      progress.begin(epoch + 1);
+      chrono.begin_step();
+      for (const data::Batch& hb : train_loader) {
+        const Tensor x = hb.data.to(device);
+        chrono.lap(train::Phase::Data);
+        auto [recon, mu, logvar] = (*model)(x);
+        const LossTerms l = vae_loss(recon, x, mu, logvar);
+        const Tensor loss = mul(add(l.recon, l.kl), 1.0 / static_cast<double>(x.size(0)));
+        chrono.lap(train::Phase::Forward);
+        opt.zero_grad();
+        loss.backward();
+        chrono.lap(train::Phase::Backward);
+        opt.step();
+        sched.step();
+        const double lv = loss.item<double>();
+        chrono.lap(train::Phase::Optimizer);
+        chrono.end_step(hb.size());
+        loss_sum += lv;
+        seen += hb.size();
+        ++nb;
+        ++step;
+        progress.update(first_batch + nb, lv, args.lr, hb.size());
+        metrics.add_scalars({{"train/loss", lv}}, step);
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) return train::kExitRequeue;
+        if (args.test && step >= args.test_nsteps) {
+          done = true;
+          ckpt.save(epoch, step, first_batch + nb);
+          break;
+        }
+        chrono.begin_step();
+      }
+      progress.end();
+      const double time_s = seconds(t_epoch, Clock::now());
+      const TestResult t = evaluate(*model, test_loader, device, eval_seed);
+      EpochReport r{epoch + 1, time_s, loss_sum / static_cast<double>(std::max<int64_t>(nb, 1)),
+                    static_cast<double>(seen) / time_s, t};
+      reports.push_back(r);
+      metrics.add_scalars({{"test/loss", t.loss},
+                           {"test/recon", t.recon},
+                           {"test/kl", t.kl},
+                           {"train/epoch_loss", r.train_loss},
+                           {"train/img_per_s", r.img_per_s}},
+                          step);
+      if (!done) ckpt.save(epoch + 1, step, 0);
+      std::printf(
+          "epoch %lld/%lld  time %.1f s  train loss %.2f  test loss %.2f (recon %.2f + KL %.2f) "
+          " throughput %.0f img/s\n",
+          static_cast<long long>(r.epoch), static_cast<long long>(args.epochs), time_s,
+          r.train_loss, t.loss, t.recon, t.kl, r.img_per_s);
+      std::fflush(stdout);
+    }
+    std::printf("%s", chrono.table("vae, f32").c_str());
+
+    // Images: 64 samples from the prior, and 32 test images (odd rows) over their
+    // reconstructions from the posterior mean (even rows).
+    std::filesystem::create_directories(args.out);
+    {
+      model->eval();
+      NoGradGuard ng;
+      Generator gen(args.seed + 2);
+      const Tensor z = randn({64, args.latent}, {}, &gen).to(device);
+      write_png(args.out + "/samples.png", grid(model->decoder->forward(z), 8));
+      const Tensor x = test_set->data().narrow(0, 0, 32).to(device);
+      auto [mu, logvar] = (*model->encoder)(x);
+      (void)logvar;
+      const Tensor r = model->decoder->forward(mu);
+      const Tensor pairs = stack({x.reshape({4, 8, 1, 28, 28}), r.reshape({4, 8, 1, 28, 28})}, 1);
+      write_png(args.out + "/reconstructions.png", grid(pairs.reshape({64, 1, 28, 28}), 8));
+    }
+
+    // Weights out and back in: a new model with the loaded weights has the same test loss.
+    const std::string weights = args.out + "/vae.safetensors";
+    io::save_safetensors(weights, model->state_dict(),
+                         {{"example", "vae"}, {"latent", std::to_string(args.latent)}});
+    const double before = evaluate(*model, test_loader, device, eval_seed).loss;
+    auto reloaded = std::make_shared<VAE>(args.latent);
+    reloaded->load_state_dict(io::load_safetensors(weights));
+    reloaded->to(device);
+    const double after = evaluate(*reloaded, test_loader, device, eval_seed).loss;
+    std::printf("weights: %s; reloaded into a new model: test loss %.6f, before %.6f (%s)\n",
+                weights.c_str(), after, before, after == before ? "equal" : "DIFFERENT");
+    DLTRAIN_CHECK(after == before, "vae: the reloaded weights give test loss ", after,
+                  " but the trained model ", before);
+
+    metrics.flush();
+    for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
+
+    if (!args.json.empty()) {
+      const train::ChronometerSummary cs = chrono.summary();
+      std::ofstream js(args.json);
+      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
+      js << "{\n  \"framework\": \"dltrain\",\n  \"example\": \"vae\",\n  \"device\": \""
+         << device.str() << "\",\n  \"threads\": " << get_num_threads()
+         << ",\n  \"config\": {\"batch_size\": " << args.batch_size << ", \"lr\": " << args.lr
+         << ", \"latent\": " << args.latent << ", \"epochs\": " << args.epochs
+         << ", \"seed\": " << args.seed << "},\n  \"steps\": " << cs.measured_steps
+         << ",\n  \"step_ms_median\": " << 1e3 * cs.step.median
+         << ",\n  \"img_per_s\": " << cs.samples_per_second
+         << ",\n  \"reload_test_loss\": " << after << ",\n  \"epochs\": [";
+      for (size_t i = 0; i < reports.size(); ++i) {
+        const EpochReport& r = reports[i];
+        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch << ", \"time_s\": " << r.time_s
+           << ", \"train_loss\": " << r.train_loss << ", \"test_loss\": " << r.test.loss
+           << ", \"test_recon\": " << r.test.recon << ", \"test_kl\": " << r.test.kl
+           << ", \"img_per_s\": " << r.img_per_s << "}";
+      }
+      js << "\n  ]\n}\n";
+      std::printf("wrote %s\n", args.json.c_str());
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "vae: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
