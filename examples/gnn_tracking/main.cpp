@@ -1,0 +1,382 @@
+// Particle-track edge classification with an interaction network, as in the L2IT / HEP.TrkX
+// tracking studies, on a synthetic barrel detector (detector.hpp: helices in a solenoid field,
+// smeared hits, noise, candidate edges between adjacent layers). Each event is a graph; the
+// network says which candidate edges join two hits of the same particle.
+//
+//   gnn_tracking [--train-events 400] [--test-events 50] [--particles 50] [--layers 8]
+//                [--noise 0.1] [--batch-size 4] [--epochs 8] [--lr 2e-3] [--hidden 64]
+//                [--iterations 4] [--seed 0] [--threads N] [--test] [--json PATH]
+//                [--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl]
+//                [--tensorboard DIR] [--dump-events FILE.safetensors]
+//
+// Model: node encoder MLP (r, phi, z -> H), edge encoder MLP (dr, dphi, dz, z0 -> H), K
+// interaction layers (edge update MLP on [x_src, x_dst, e]; the messages summed into their
+// destination and source nodes with index_add; node update MLP on [x, in, out]; residual
+// connections), edge classifier MLP on [x_src, x_dst, e] -> one logit, BCE-with-logits loss.
+// The three stages are an nn::Chain of modules taking and returning (x, edge_index, e); the
+// interaction layers sit in an nn::ModuleListOf<Interaction>. Graph batches come from
+// data::GraphDataset through a DataLoader (data::GraphBatch::from). Per epoch: training loss,
+// test loss, edge efficiency (true edges found / true edges) and purity (true edges found /
+// edges found) at a 0.5 threshold, graphs/s. --dump-events writes the training events as
+// safetensors for benchmarks/peers/pytorch_gnn_tracking.py (the same model in PyTorch).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dltrain/data/dataloader.hpp"
+#include "dltrain/data/graph.hpp"
+#include "dltrain/dltrain.hpp"
+#include "dltrain/optim/adam.hpp"
+#include "dltrain/optim/scheduler.hpp"
+#include "dltrain/train/chronometer.hpp"
+#include "dltrain/train/metrics.hpp"
+#include "dltrain/train/progress.hpp"
+#include "examples/common/example_util.hpp"
+#include "examples/gnn_tracking/detector.hpp"
+
+using namespace dltrain;
+using namespace dltrain::examples;
+
+namespace {
+
+struct Args {
+  int64_t train_events = 400;
+  int64_t test_events = 50;
+  int particles = 200;
+  int layers = 8;
+  double noise = 0.2;
+  double pt_min = 0.5;
+  int64_t batch_size = 4;
+  int64_t epochs = 8;
+  double lr = 2e-3;
+  int64_t hidden = 64;
+  int64_t iterations = 4;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool test = false;
+  std::string json, metrics, tensorboard, checkpoint, dump_events;
+  bool resume = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  Flags f("gnn_tracking",
+          "[--train-events N] [--test-events N] [--particles N] [--layers N] [--noise X] [--pt-min "
+          "GEV] "
+          "[--batch-size N] [--epochs N] [--lr X] [--hidden N] [--iterations N] [--seed N] "
+          "[--threads N] [--test] [--json PATH] [--checkpoint PATH [--resume]] "
+          "[--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] [--dump-events FILE]");
+  f.add("--train-events", &a.train_events).add("--test-events", &a.test_events);
+  f.add("--particles", &a.particles).add("--layers", &a.layers).add("--noise", &a.noise);
+  f.add("--batch-size", &a.batch_size).add("--epochs", &a.epochs).add("--lr", &a.lr);
+  f.add("--hidden", &a.hidden).add("--iterations", &a.iterations).add("--seed", &a.seed);
+  f.add("--threads", &a.threads).add("--json", &a.json).add("--checkpoint", &a.checkpoint);
+  f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
+  f.add("--dump-events", &a.dump_events).add("--pt-min", &a.pt_min);
+  f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
+  f.parse(argc, argv);
+  if (a.test) {  // the ctest smoke run: a few small events, two epochs
+    a.train_events = std::min<int64_t>(a.train_events, 48);
+    a.test_events = std::min<int64_t>(a.test_events, 8);
+    a.epochs = std::min<int64_t>(a.epochs, 2);
+  }
+  if (a.train_events <= 0 || a.test_events <= 0 || a.batch_size <= 0 || a.epochs <= 0 ||
+      a.hidden <= 0 || a.iterations < 0 || a.particles <= 0 || a.layers < 2 || a.noise < 0 ||
+      !(a.pt_min > 0))
+    f.fail(
+        "event counts, --batch-size, --epochs, --hidden, --particles must be positive, "
+        "--layers >= 2, --iterations and --noise >= 0");
+  return a;
+}
+
+// Linear-ReLU-Linear, with a final ReLU unless it produces logits.
+std::shared_ptr<nn::Sequential> mlp(int64_t in, int64_t hidden, int64_t out, bool final_relu) {
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Linear>(in, hidden))
+      .push_back(std::make_shared<nn::ReLU>())
+      .push_back(std::make_shared<nn::Linear>(hidden, out));
+  if (final_relu) m->push_back(std::make_shared<nn::ReLU>());
+  return m;
+}
+
+using Graph3 = std::tuple<Tensor, Tensor, Tensor>;  // (x, edge_index, e)
+
+// Node and edge features to the hidden size.
+struct Encoder : nn::Module {
+  std::shared_ptr<nn::Sequential> node, edge;
+  Encoder(int64_t node_in, int64_t edge_in, int64_t h) : nn::Module("Encoder") {
+    node = register_module("node", mlp(node_in, h, h, true));
+    edge = register_module("edge", mlp(edge_in, h, h, true));
+  }
+  Graph3 forward(const Tensor& x, const Tensor& edge_index, const Tensor& edge_attr) {
+    return {node->forward(x), edge_index, edge->forward(edge_attr)};
+  }
+};
+
+// One interaction-network iteration: edge messages from both ends and the edge's own state,
+// summed into the nodes at either end (index_add), nodes updated from themselves and the two
+// sums; both updates residual.
+struct Interaction : nn::Module {
+  std::shared_ptr<nn::Sequential> edge_mlp, node_mlp;
+  explicit Interaction(int64_t h) : nn::Module("Interaction") {
+    edge_mlp = register_module("edge_mlp", mlp(3 * h, h, h, true));
+    node_mlp = register_module("node_mlp", mlp(3 * h, h, h, true));
+  }
+  Graph3 forward(const Tensor& x, const Tensor& edge_index, const Tensor& e) {
+    const Tensor src = edge_index.select(0, 0), dst = edge_index.select(0, 1);
+    const Tensor m =
+        edge_mlp->forward(cat({index_select(x, 0, src), index_select(x, 0, dst), e}, 1));
+    const Tensor zero = zeros_like(x);
+    const Tensor in = index_add(zero, 0, dst, m);   // from the inner-layer neighbours
+    const Tensor out = index_add(zero, 0, src, m);  // from the outer-layer neighbours
+    const Tensor x2 = add(x, node_mlp->forward(cat({x, in, out}, 1)));
+    return {x2, edge_index, add(e, m)};
+  }
+};
+
+// The K iterations, in a typed list (state-dict keys "1.layers.0.edge_mlp.0.weight", ...).
+struct Processor : nn::Module {
+  std::shared_ptr<nn::ModuleListOf<Interaction>> layers;
+  Processor(int64_t h, int64_t k) : nn::Module("Processor") {
+    layers = register_module("layers", std::make_shared<nn::ModuleListOf<Interaction>>());
+    for (int64_t i = 0; i < k; ++i) layers->push_back(std::make_shared<Interaction>(h));
+  }
+  Graph3 forward(Tensor x, const Tensor& edge_index, Tensor e) {
+    for (const auto& layer : layers->modules())
+      std::tie(x, std::ignore, e) = layer->forward(x, edge_index, e);
+    return {x, edge_index, e};
+  }
+};
+
+// One logit per edge.
+struct EdgeClassifier : nn::Module {
+  std::shared_ptr<nn::Sequential> net;
+  explicit EdgeClassifier(int64_t h) : nn::Module("EdgeClassifier") {
+    net = register_module("net", mlp(3 * h, h, 1, false));
+  }
+  Tensor forward(const Tensor& x, const Tensor& edge_index, const Tensor& e) {
+    const Tensor src = edge_index.select(0, 0), dst = edge_index.select(0, 1);
+    return net->forward(cat({index_select(x, 0, src), index_select(x, 0, dst), e}, 1)).squeeze(1);
+  }
+};
+
+auto make_model(int64_t hidden, int64_t iterations) {
+  return nn::chain(std::make_shared<Encoder>(3, 4, hidden),
+                   std::make_shared<Processor>(hidden, iterations),
+                   std::make_shared<EdgeClassifier>(hidden));
+}
+
+// Edge counts at the 0.5 threshold (logit > 0).
+struct Confusion {
+  int64_t tp = 0, fp = 0, fn = 0, tn = 0;
+  void add(const Tensor& logits, const Tensor& y) {
+    const Tensor l = logits.contiguous(), t = y.contiguous();
+    const float* pl = l.data<float>();
+    const float* pt = t.data<float>();
+    for (int64_t i = 0; i < l.numel(); ++i) {
+      const bool p = pl[i] > 0, tr = pt[i] > 0.5f;
+      tp += p && tr;
+      fp += p && !tr;
+      fn += !p && tr;
+      tn += !p && !tr;
+    }
+  }
+  double efficiency() const { return tp + fn ? 100.0 * double(tp) / double(tp + fn) : 0; }
+  double purity() const { return tp + fp ? 100.0 * double(tp) / double(tp + fp) : 0; }
+};
+
+struct EpochReport {
+  int64_t epoch;
+  double train_time, train_loss, test_loss, efficiency, purity, graphs_per_s;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  try {
+    if (args.threads > 0) set_num_threads(args.threads);
+    manual_seed(args.seed);
+    gnn_tracking::DetectorConfig det;
+    det.layers = args.layers;
+    det.particles = args.particles;
+    det.noise_fraction = args.noise;
+    det.pt_min = args.pt_min;
+
+    // Training events are 0..n-1 of the seed, test events the next ones: disjoint.
+    auto t_gen = Clock::now();
+    gnn_tracking::EventStats st;
+    std::vector<data::Graph> train_graphs =
+        gnn_tracking::generate_events(det, args.seed, 0, args.train_events, &st);
+    std::vector<data::Graph> test_graphs =
+        gnn_tracking::generate_events(det, args.seed, args.train_events, args.test_events);
+    const double n = static_cast<double>(args.train_events);
+    std::printf("detector: %s\n", det.describe().c_str());
+    std::printf(
+        "events: %lld train, %lld test (generated in %.2f s, seed %llu); per event %.0f hits "
+        "(%.0f noise), %.0f candidate edges, %.1f%% true; graph construction efficiency %.2f%%\n",
+        static_cast<long long>(args.train_events), static_cast<long long>(args.test_events),
+        seconds(t_gen, Clock::now()), static_cast<unsigned long long>(args.seed),
+        static_cast<double>(st.hits) / n, static_cast<double>(st.noise_hits) / n,
+        static_cast<double>(st.edges) / n,
+        100.0 * static_cast<double>(st.true_edges) / static_cast<double>(st.edges),
+        100.0 * static_cast<double>(st.true_edges) / static_cast<double>(st.true_segments));
+    if (!args.dump_events.empty()) {
+      gnn_tracking::dump_events(args.dump_events, train_graphs, det);
+      std::printf("dumped %zu training events to %s\n", train_graphs.size(),
+                  args.dump_events.c_str());
+    }
+    auto train_set = std::make_shared<data::GraphDataset>(std::move(train_graphs));
+    auto test_set = std::make_shared<data::GraphDataset>(std::move(test_graphs));
+    data::DataLoader train_loader(
+        train_set, {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed});
+    data::DataLoader test_loader(test_set, {.batch_size = args.batch_size});
+
+    auto model = make_model(args.hidden, args.iterations);
+    std::printf("model: %lld parameters, %d threads\n%s\n",
+                static_cast<long long>(model->num_parameters()), get_num_threads(),
+                model->str().c_str());
+    optim::Adam opt(model->parameters(), {.lr = args.lr});
+    const int64_t steps_per_epoch = train_loader.size();
+    optim::CosineAnnealingLR sched(opt, steps_per_epoch * args.epochs, args.lr * 0.05);
+    amp::GradScaler scaler({.enabled = false});  // f32 throughout (CheckpointFile wants one)
+    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "gnn_tracking"}});
+    const io::TrainingProgress start = ckpt.resume(args.resume);
+    int64_t step = start.step;
+    const bool jsonl = args.metrics.ends_with(".jsonl");
+    train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
+                                  .jsonl = jsonl ? args.metrics : "",
+                                  .tensorboard = args.tensorboard,
+                                  .append = args.resume});
+    train::Progress progress({.total_steps = steps_per_epoch, .label = "  train"});
+    train::Chronometer chrono;
+    std::vector<EpochReport> reports;
+    bool preempted = false;
+
+    for (int64_t epoch = start.epoch; epoch < args.epochs && !preempted; ++epoch) {
+      model->train();
+      train_loader.set_epoch(epoch);
+      if (epoch == start.epoch) train_loader.set_start_batch(start.batch_in_epoch);
+      const int64_t first_batch = train_loader.start_batch();
+      double loss_sum = 0;
+      int64_t graphs = 0, nb = 0;
+      auto t_epoch = Clock::now();
+      progress.begin(epoch + 1);
+      chrono.begin_step();
+      for (const data::Batch& b : train_loader) {
+        const data::GraphBatch g = data::GraphBatch::from(b);
+        chrono.lap(train::Phase::Data);
+        const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
+        const Tensor loss = binary_cross_entropy_with_logits(logits, g.y);
+        chrono.lap(train::Phase::Forward);
+        opt.zero_grad();
+        loss.backward();
+        chrono.lap(train::Phase::Backward);
+        opt.step();
+        sched.step();
+        const double l = loss.item<double>();
+        chrono.lap(train::Phase::Optimizer);
+        chrono.end_step(g.num_graphs);
+        loss_sum += l;
+        graphs += g.num_graphs;
+        ++nb;
+        ++step;
+        const double lr = sched.get_last_lr()[0];
+        progress.update(first_batch + nb, l, lr, g.num_graphs);
+        metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) {
+          preempted = true;
+          break;
+        }
+        chrono.begin_step();
+      }
+      progress.end();
+      if (preempted) break;
+      const double train_time = seconds(t_epoch, Clock::now());
+
+      model->eval();
+      Confusion c;
+      double test_loss = 0;
+      int64_t test_edges = 0;
+      {
+        NoGradGuard ng;
+        for (const data::Batch& b : test_loader) {
+          const data::GraphBatch g = data::GraphBatch::from(b);
+          const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
+          test_loss += binary_cross_entropy_with_logits(logits, g.y, Reduction::Sum).item<double>();
+          test_edges += g.y.numel();
+          c.add(logits, g.y);
+        }
+      }
+      const EpochReport r{epoch + 1,
+                          train_time,
+                          nb ? loss_sum / static_cast<double>(nb) : 0.0,
+                          test_loss / static_cast<double>(test_edges),
+                          c.efficiency(),
+                          c.purity(),
+                          static_cast<double>(graphs) / train_time};
+      reports.push_back(r);
+      metrics.add_scalars({{"test/loss", r.test_loss},
+                           {"test/efficiency", r.efficiency},
+                           {"test/purity", r.purity},
+                           {"train/epoch_loss", r.train_loss},
+                           {"train/graphs_per_s", r.graphs_per_s}},
+                          step);
+      ckpt.save(epoch + 1, step, 0);
+      std::printf(
+          "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
+          "efficiency %.2f%%  purity %.2f%%  throughput %.1f graphs/s\n",
+          static_cast<long long>(r.epoch), static_cast<long long>(args.epochs), r.train_time,
+          r.train_loss, r.test_loss, r.efficiency, r.purity, r.graphs_per_s);
+      std::fflush(stdout);
+    }
+    if (preempted) return train::kExitRequeue;
+
+    std::printf("%s",
+                chrono.table("f32, batch " + std::to_string(args.batch_size) + " graphs").c_str());
+    const train::ChronometerSummary cs = chrono.summary();
+    auto median = [&](train::Phase p) { return 1e3 * cs.phases[static_cast<int>(p)].median; };
+    if (!reports.empty())
+      metrics.add_hparams(
+          {{"lr", args.lr},
+           {"batch_size", static_cast<double>(args.batch_size)},
+           {"hidden", static_cast<double>(args.hidden)},
+           {"iterations", static_cast<double>(args.iterations)},
+           {"particles", static_cast<double>(args.particles)}},
+          {{"test/efficiency", reports.back().efficiency}, {"test/purity", reports.back().purity}});
+    metrics.flush();
+    for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
+
+    if (!args.json.empty()) {
+      std::ofstream js(args.json);
+      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
+      js << "{\n  \"framework\": \"dltrain\",\n  \"example\": \"gnn_tracking\",\n  \"threads\": "
+         << get_num_threads() << ",\n  \"batch_size\": " << args.batch_size
+         << ",\n  \"hidden\": " << args.hidden << ",\n  \"iterations\": " << args.iterations
+         << ",\n  \"train_events\": " << args.train_events
+         << ",\n  \"edges_per_event\": " << static_cast<double>(st.edges) / n
+         << ",\n  \"steps\": " << cs.measured_steps
+         << ",\n  \"step_ms\": {\"data\": " << median(train::Phase::Data)
+         << ", \"forward\": " << median(train::Phase::Forward)
+         << ", \"backward\": " << median(train::Phase::Backward)
+         << ", \"optimizer\": " << median(train::Phase::Optimizer) << "},\n  \"epochs\": [";
+      for (size_t i = 0; i < reports.size(); ++i) {
+        const auto& r = reports[i];
+        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
+           << ", \"time_s\": " << r.train_time << ", \"train_loss\": " << r.train_loss
+           << ", \"test_loss\": " << r.test_loss << ", \"efficiency\": " << r.efficiency
+           << ", \"purity\": " << r.purity << ", \"graphs_per_s\": " << r.graphs_per_s << "}";
+      }
+      js << "\n  ]\n}\n";
+      std::printf("wrote %s\n", args.json.c_str());
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gnn_tracking: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
