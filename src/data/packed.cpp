@@ -9,6 +9,17 @@
 // HDF5 hyperslab read under the lock remains for any other layout. A file at a shard's
 // final name was complete when it was renamed there; the index exists only when every
 // shard of its plan does.
+//
+// Corrupt files (issue 16): HDF5 never parses a pack file dltrain has not checked first. The
+// index carries the verified header (src/io/verified_header.hpp: CRC of the whole file,
+// checked before H5Fopen). Shards are too large to read whole at every open, so they are
+// written with format bounds [1.8, 1.10], whose superblock (v2) and object headers HDF5
+// checksums itself, and a shard is refused before HDF5 sees it unless its superblock is v2 or
+// later and the end of file it records fits in the file. The raw data HDF5 does not checksum
+// is covered by dltrain's own CRCs: each sample's JPEG bytes (`crc32`, checked at every read)
+// and the tables the reader keeps (offsets, labels, crc32: the `tables_crc` attribute, in the
+// checksummed object header, checked at construction). Every length read from a file is
+// checked against the file's size before anything is allocated.
 #include "dltrain/data/packed.hpp"
 
 #include <algorithm>
@@ -35,6 +46,7 @@
 #include <cerrno>
 
 #include "src/io/hdf5_util.hpp"
+#include "src/io/verified_header.hpp"
 #endif
 
 namespace dltrain::data {
@@ -115,13 +127,44 @@ int64_t read_int_attr(hid_t loc, const char* name, const std::string& path) {
   return *v;
 }
 
-Hid create_file(const std::string& path) {
+// The index's verified header (the kind's words for its errors).
+io::detail::HeaderKind index_kind() {
+  return {"dltrain pack\r\n\x1a\n", "packed dataset index", "pack_image_folder",
+          "packed dataset index",
+          "repack with dltrain-pack (a pack writes its index last: if one was interrupted, run "
+          "it again with --resume)"};
+}
+
+// Index files start with the verified header, shards with the HDF5 superblock.
+Hid create_file(const std::string& path, bool index) {
+  Hid fcpl(check_id(H5Pcreate(H5P_FILE_CREATE), path, "make file-creation properties"), H5Pclose);
   // No object timestamps, so that packing the same folder twice writes identical files.
-  Hid fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
   H5Pset_obj_track_times(fcpl, false);
-  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT), path,
+  // Root attributes stay in the (checksummed) object header rather than a separate heap.
+  check_status(H5Pset_attr_phase_change(fcpl, 32, 24), path, "keep attributes compact");
+  if (index)
+    check_status(H5Pset_userblock(fcpl, io::detail::kVerifiedHeaderBytes), path,
+                 "reserve the index header");
+  // Format bounds [1.8, 1.10]: superblock v2 and object headers v2, which HDF5 checksums,
+  // and nothing HDF5 1.10 (or h5py on it) cannot read.
+  Hid fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), path, "make file-access properties"), H5Pclose);
+#if H5_VERSION_GE(1, 10, 2)
+  check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), path,
+               "choose the HDF5 format versions");
+#else
+  check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_18, H5F_LIBVER_LATEST), path,
+               "choose the HDF5 format versions");
+#endif
+  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), path,
                       "create the file (is the directory writable?)"),
              H5Fclose);
+}
+
+// The size of an open file, for checking lengths read from it before allocating.
+hsize_t file_size(hid_t file, const std::string& path) {
+  hsize_t size = 0;
+  check_status(H5Fget_filesize(file, &size), path, "get the file size");
+  return size;
 }
 
 void write_dataset(hid_t file, const char* name, hid_t mem_type, hid_t file_type, hsize_t n,
@@ -167,17 +210,31 @@ hsize_t dataset_length(hid_t ds, const std::string& path, const char* name) {
   return n;
 }
 
-std::vector<int64_t> read_ints(hid_t file, const char* name, hsize_t expect,
-                               const std::string& path) {
+// The `expect` values of a 1-d dataset, as `mem_type` (T's HDF5 type).
+template <class T>
+std::vector<T> read_values(hid_t file, const char* name, hsize_t expect, hid_t mem_type,
+                           const std::string& path) {
   Hid ds = open_dataset(file, name, path);
   const hsize_t n = dataset_length(ds, path, name);
   DLTRAIN_CHECK(n == expect, "packed dataset file '", path, "': dataset '", name, "' holds ", n,
                 " values, expected ", expect, "; the file is corrupt or from a different pack");
-  std::vector<int64_t> v(n);
+  DLTRAIN_CHECK(n <= file_size(file, path) / sizeof(T), "packed dataset file '", path,
+                "': dataset '", name, "' claims ", n,
+                " values, more than the file holds; the file is corrupt");
+  std::vector<T> v(n);
   if (n > 0)
-    check_status(H5Dread(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path,
+    check_status(H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path,
                  "read a dataset (truncated file?)");
   return v;
+}
+
+std::vector<int64_t> read_ints(hid_t file, const char* name, hsize_t expect,
+                               const std::string& path) {
+  return read_values<int64_t>(file, name, expect, H5T_NATIVE_INT64, path);
+}
+
+std::vector<uint32_t> read_crcs(hid_t file, hsize_t expect, const std::string& path) {
+  return read_values<uint32_t>(file, "crc32", expect, H5T_NATIVE_UINT32, path);
 }
 
 // Element `i` of a fixed-length string dataset, or all of them (i < 0).
@@ -193,6 +250,9 @@ std::vector<std::string> read_strings(hid_t file, const char* name, const std::s
   H5Tset_size(mtype, len);
   H5Tset_strpad(mtype, H5T_STR_NULLPAD);
   const hsize_t n = dataset_length(ds, path, name);
+  DLTRAIN_CHECK(len >= 1 && n <= file_size(file, path) / len, "packed dataset file '", path,
+                "': dataset '", name, "' claims ", n, " strings of ", len,
+                " bytes, more than the file holds; the file is corrupt");
   hsize_t count = n;
   Hid fspace(H5Dget_space(ds), H5Sclose);
   if (i >= 0) {
@@ -215,12 +275,44 @@ std::vector<std::string> read_strings(hid_t file, const char* name, const std::s
   return out;
 }
 
-// Opens an existing file read-only, with errors that say what is wrong with it.
-Hid open_readonly(const std::string& path, const char* role, const std::string& fix) {
+// Checks a pack file before HDF5 parses any of it (file comment): the index against its
+// verified header, then for every file a superblock of version 2 or later whose recorded end
+// of file fits in the file. Plain reads.
+void check_before_hdf5(const std::string& path, bool index, const char* role,
+                       const std::string& fix) {
   std::error_code ec;
   DLTRAIN_CHECK(fs::exists(path, ec), "packed dataset: ", role, " '", path, "' is missing; ", fix);
-  DLTRAIN_CHECK(H5Fis_hdf5(path.c_str()) > 0, "packed dataset: ", role, " '", path,
+  const char* repack =
+      "repack with dltrain-pack (this dltrain only reads pack files it can check before HDF5 "
+      "parses them: HDF5 1.10 can crash on damaged metadata)";
+  if (index) {
+    const std::optional<int64_t> format = io::detail::verify_header(path, index_kind());
+    DLTRAIN_CHECK(format.has_value(), "packed dataset index '", path,
+                  "' was written by an older dltrain (packed format 1, without an integrity "
+                  "header); ",
+                  repack);
+    DLTRAIN_CHECK(*format >= 2 && *format <= kPackedFormatVersion, "packed dataset file '", path,
+                  "' is written in packed format ", *format,
+                  " but this dltrain reads formats 2 to ", kPackedFormatVersion,
+                  "; upgrade dltrain (or repack with this one)");
+  }
+  const auto sb = io::detail::find_hdf5_superblock(path, "packed dataset");
+  DLTRAIN_CHECK(sb.has_value(), "packed dataset: ", role, " '", path,
                 "' is not an HDF5 file (or is truncated before its header); ", fix);
+  DLTRAIN_CHECK(sb->version >= 2, "packed dataset: ", role, " '", path,
+                "' has an HDF5 superblock of version ", sb->version,
+                ", without metadata checksums: it was written by an older dltrain (packed format "
+                "1) or its first bytes are corrupt; ",
+                repack);
+  const uint64_t size = fs::file_size(path, ec);
+  DLTRAIN_CHECK(ec || sb->end <= size, "packed dataset: ", role, " '", path,
+                "' is truncated (or its superblock is corrupt): it has ", size,
+                " bytes but HDF5 recorded ", sb->end, "; ", fix);
+}
+
+// Opens an existing file read-only, with errors that say what is wrong with it.
+Hid open_readonly(const std::string& path, bool index, const char* role, const std::string& fix) {
+  check_before_hdf5(path, index, role, fix);
   // Readers need no file locks (a pack's files are never modified in place: writers
   // rename new files over them), and locking fails on some cluster file systems.
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -229,14 +321,16 @@ Hid open_readonly(const std::string& path, const char* role, const std::string& 
 #endif
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   DLTRAIN_CHECK(id >= 0, "packed dataset: ", role, " '", path,
-                "' cannot be opened by HDF5: it is truncated or corrupt; ", fix);
+                "' cannot be opened by HDF5: it is truncated or corrupt (its metadata fails "
+                "HDF5's checksums); ",
+                fix);
   return Hid(id, H5Fclose);
 }
 
 void check_version(hid_t file, const std::string& path) {
   const int64_t v = read_int_attr(file, "format_version", path);
-  DLTRAIN_CHECK(v >= 1 && v <= kPackedFormatVersion, "packed dataset file '", path,
-                "' is written in packed format ", v, " but this dltrain reads formats up to ",
+  DLTRAIN_CHECK(v >= 2 && v <= kPackedFormatVersion, "packed dataset file '", path,
+                "' is written in packed format ", v, " but this dltrain reads formats 2 to ",
                 kPackedFormatVersion, "; upgrade dltrain (or repack with this one)");
 }
 
@@ -330,14 +424,25 @@ void write_common_attrs(hid_t file, const ShardPlan& p, int64_t num_images,
   write_strings(file, "classes", p.classes, path);
 }
 
+// The CRC of the tables a reader keeps of a shard (its `tables_crc` attribute).
+int64_t tables_crc(const std::vector<int64_t>& offsets, const std::vector<int64_t>& labels,
+                   const std::vector<uint32_t>& crcs) {
+  uint32_t c = io::detail::crc32_update(0, offsets.data(), offsets.size() * sizeof(int64_t));
+  c = io::detail::crc32_update(c, labels.data(), labels.size() * sizeof(int64_t));
+  c = io::detail::crc32_update(c, crcs.data(), crcs.size() * sizeof(uint32_t));
+  return c;
+}
+
 // Writes one shard to a temporary file and renames it into place. Returns its JPEG bytes.
 int64_t write_shard(const std::string& path, const ShardPlan& p, const std::vector<Encoded>& enc,
                     const std::vector<Source>& sources, int64_t first_source) {
   std::vector<int64_t> offsets{0}, labels, src_index;
+  std::vector<uint32_t> crcs;
   std::vector<std::string> rel;
   for (size_t i = 0; i < enc.size(); ++i) {
     if (enc[i].corrupt) continue;
     offsets.push_back(offsets.back() + static_cast<int64_t>(enc[i].bytes.size()));
+    crcs.push_back(io::detail::crc32_update(0, enc[i].bytes.data(), enc[i].bytes.size()));
     const int64_t s = first_source + static_cast<int64_t>(i);
     labels.push_back(sources[static_cast<size_t>(s)].label);
     src_index.push_back(s);
@@ -352,7 +457,7 @@ int64_t write_shard(const std::string& path, const ShardPlan& p, const std::vect
   try {
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     quiet_hdf5();
-    Hid file = create_file(tmp);
+    Hid file = create_file(tmp, /*index=*/false);
     write_dataset(file, "jpeg", H5T_NATIVE_UINT8, H5T_STD_U8LE, jpeg.size(), jpeg.data(), tmp);
     write_dataset(file, "offsets", H5T_NATIVE_INT64, H5T_STD_I64LE, offsets.size(), offsets.data(),
                   tmp);
@@ -360,8 +465,10 @@ int64_t write_shard(const std::string& path, const ShardPlan& p, const std::vect
                   tmp);
     write_dataset(file, "sources", H5T_NATIVE_INT64, H5T_STD_I64LE, src_index.size(),
                   src_index.data(), tmp);
+    write_dataset(file, "crc32", H5T_NATIVE_UINT32, H5T_STD_U32LE, crcs.size(), crcs.data(), tmp);
     write_strings(file, "paths", rel, tmp);
     write_common_attrs(file, p, static_cast<int64_t>(labels.size()), tmp);
+    write_int_attr(file, "tables_crc", tables_crc(offsets, labels, crcs), tmp);
     write_int_attr(file, "shard_index", p.index, tmp);
     write_int_attr(file, "first_image", p.first_image, tmp);
     write_int_attr(file, "complete", 1, tmp);  // last: the shard is whole
@@ -385,7 +492,11 @@ std::optional<KeptShard> keepable(const std::string& path, const ShardPlan& p) {
   if (!fs::exists(path, ec)) return std::nullopt;
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   quiet_hdf5();
-  if (H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
+  try {
+    check_before_hdf5(path, /*index=*/false, "shard", "");
+  } catch (const Error&) {
+    return std::nullopt;  // rewritten
+  }
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (file.get() < 0) return std::nullopt;
   auto is = [&](const char* name, int64_t v) { return try_int_attr(file, name) == v; };
@@ -585,11 +696,13 @@ PackResult pack_image_folder(const std::string& root, const std::string& prefix,
   try {
     std::lock_guard<std::mutex> lock(hdf5_mutex());
     quiet_hdf5();
-    Hid file = create_file(tmp);
+    Hid file = create_file(tmp, /*index=*/true);
     write_common_attrs(file, p, r.images, tmp);
     write_dataset(file, "shard_counts", H5T_NATIVE_INT64, H5T_STD_I64LE, counts.size(),
                   counts.data(), tmp);
     check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), tmp, "flush the file");
+    check_status(H5Fclose(file.release()), tmp, "close the file (disk full?)");
+    io::detail::stamp_verified_header(tmp, index_kind(), kPackedFormatVersion);  // and fsync
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
@@ -601,11 +714,10 @@ PackResult pack_image_folder(const std::string& root, const std::string& prefix,
 
 namespace {
 
-// read_packed_index plus the plan hash, with hdf5_mutex() held.
-PackedIndex read_index_locked(const std::string& prefix, uint64_t& plan_hash) {
+PackedIndex read_index_body(const std::string& prefix, uint64_t& plan_hash) {
   quiet_hdf5();
   const std::string path = packed_index_path(prefix);
-  Hid file = open_readonly(path, "index file",
+  Hid file = open_readonly(path, /*index=*/true, "index file",
                            "pack the folder with dltrain-pack (a pack writes its index last: if "
                            "one was interrupted, run it again with --resume)");
   PackedIndex ix;
@@ -623,11 +735,32 @@ PackedIndex read_index_locked(const std::string& prefix, uint64_t& plan_hash) {
   int64_t sum = 0;
   for (int64_t k = 0; k < shards; ++k) {
     ix.shard_files.push_back(packed_shard_path(prefix, k));
-    sum += ix.shard_counts[static_cast<size_t>(k)];
+    const int64_t c = ix.shard_counts[static_cast<size_t>(k)];
+    DLTRAIN_CHECK(c >= 0 && c <= ix.num_images - sum, "packed dataset index '", path, "': shard ",
+                  k, " holds ", c, " of its ", ix.num_images, " images; the file is corrupt");
+    sum += c;
   }
   DLTRAIN_CHECK(sum == ix.num_images, "packed dataset index '", path, "': its shard counts sum to ",
                 sum, " but it says ", ix.num_images, " images; the file is corrupt");
   return ix;
+}
+
+// Runs fn(); a dltrain::Error from it that does not say how to repair the file gets `fix`
+// appended (the HDF5 and attribute checks name the file, not the pack's remedy).
+template <class F>
+auto with_fix(const char* fix, F&& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("dltrain-pack") != std::string::npos) throw;
+    DLTRAIN_FAIL(what, "; ", fix);
+  }
+}
+
+// read_packed_index plus the plan hash, with hdf5_mutex() held.
+PackedIndex read_index_locked(const std::string& prefix, uint64_t& plan_hash) {
+  return with_fix("repack with dltrain-pack", [&] { return read_index_body(prefix, plan_hash); });
 }
 
 }  // namespace
@@ -703,8 +836,8 @@ struct PackedImageDataset::Shards {
         --open_count;
       }
       Open fresh;
-      fresh.file =
-          open_readonly(path, "shard", "repack it (delete it and run dltrain-pack --resume)");
+      fresh.file = open_readonly(path, /*index=*/false, "shard",
+                                 "repack it (delete it and run dltrain-pack --resume)");
       fresh.jpeg = open_dataset(fresh.file, "jpeg", path);
       fresh.space = Hid(check_id(H5Dget_space(fresh.jpeg), path, "read a dataspace"), H5Sclose);
       s = std::move(fresh);
@@ -732,58 +865,80 @@ PackedImageDataset::PackedImageDataset(std::string prefix, PackedOptions options
   uint64_t plan_hash = 0;
   index_ = read_index_locked(prefix_, plan_hash);
   const int64_t num_shards = static_cast<int64_t>(index_.shard_counts.size());
-  const int64_t num_classes = static_cast<int64_t>(index_.classes.size());
   shards_->open.resize(static_cast<size_t>(num_shards));
   shards_->direct.assign(static_cast<size_t>(num_shards), -1);
   shards_->fds.resize(static_cast<size_t>(num_shards));
   shards_->fd_last_use.assign(static_cast<size_t>(num_shards), 0);
   first_.push_back(0);
   for (int64_t k = 0; k < num_shards; ++k) {
-    const std::string& path = index_.shard_files[static_cast<size_t>(k)];
-    const int64_t n = index_.shard_counts[static_cast<size_t>(k)];
-    Hid file = open_readonly(path, "shard",
-                             "the pack is incomplete or damaged: run dltrain-pack again with "
-                             "--resume to rewrite the shards that are missing or do not open");
-    check_version(file, path);
-    const auto attr = [&](const char* name) { return read_int_attr(file, name, path); };
-    DLTRAIN_CHECK(attr("complete") == 1, "packed dataset shard '", path,
-                  "' was not completely written; run dltrain-pack again with --resume");
-    DLTRAIN_CHECK(attr("shard_index") == k && attr("num_shards") == num_shards &&
-                      static_cast<uint64_t>(attr("plan_hash")) == plan_hash,
-                  "packed dataset shard '", path, "' is shard ", attr("shard_index"), " of ",
-                  attr("num_shards"), " of a different pack than its index '",
-                  packed_index_path(prefix_), "' (shard ", k, " of ", num_shards,
-                  "); were packs mixed in one place? Repack the folder");
-    DLTRAIN_CHECK(attr("num_images") == n && attr("first_image") == first_.back(),
-                  "packed dataset shard '", path, "' holds ", attr("num_images"),
-                  " images starting at ", attr("first_image"), " but the index '",
-                  packed_index_path(prefix_), "' says ", n, " starting at ", first_.back(),
-                  "; repack the folder");
-    auto off = read_ints(file, "offsets", static_cast<hsize_t>(n + 1), path);
-    auto lab = read_ints(file, "labels", static_cast<hsize_t>(n), path);
-    Hid jpeg = open_dataset(file, "jpeg", path);
-    const hsize_t bytes = dataset_length(jpeg, path, "jpeg");
-    DLTRAIN_CHECK(off.front() == 0 && static_cast<hsize_t>(off.back()) == bytes &&
-                      std::is_sorted(off.begin(), off.end()),
-                  "packed dataset shard '", path,
-                  "': its image offsets do not tile its JPEG data; the file is corrupt");
-    for (int64_t l : lab)
-      DLTRAIN_CHECK(l >= 0 && l < num_classes, "packed dataset shard '", path, "': label ", l,
-                    " is outside the ", num_classes, " classes; the file is corrupt");
-    // Direct reads when the bytes lie in one contiguous, unfiltered run of 1-byte elements.
-    if (bytes > 0) {
-      Hid dcpl(H5Dget_create_plist(jpeg), H5Pclose);
-      Hid type(H5Dget_type(jpeg), H5Tclose);
-      if (dcpl.get() >= 0 && type.get() >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
-          H5Pget_nfilters(dcpl) == 0 && H5Tget_size(type) == 1) {
-        const haddr_t at = H5Dget_offset(jpeg);
-        if (at != HADDR_UNDEF) shards_->direct[static_cast<size_t>(k)] = static_cast<int64_t>(at);
-      }
-    }
-    offsets_.insert(offsets_.end(), off.begin(), off.end());
-    labels_.insert(labels_.end(), lab.begin(), lab.end());
-    first_.push_back(first_.back() + n);
+    with_fix("delete it and run dltrain-pack --resume to rewrite it",
+             [&] { check_shard(k, plan_hash); });
   }
+}
+
+void PackedImageDataset::check_shard(int64_t k, uint64_t plan_hash) {
+  const int64_t num_shards = static_cast<int64_t>(index_.shard_counts.size());
+  const int64_t num_classes = static_cast<int64_t>(index_.classes.size());
+  const std::string& path = index_.shard_files[static_cast<size_t>(k)];
+  const int64_t n = index_.shard_counts[static_cast<size_t>(k)];
+  Hid file = open_readonly(path, /*index=*/false, "shard",
+                           "the pack is incomplete or damaged: run dltrain-pack again with "
+                           "--resume to rewrite the shards that are missing or do not open");
+  check_version(file, path);
+  const auto attr = [&](const char* name) { return read_int_attr(file, name, path); };
+  DLTRAIN_CHECK(attr("complete") == 1, "packed dataset shard '", path,
+                "' was not completely written; run dltrain-pack again with --resume");
+  DLTRAIN_CHECK(attr("shard_index") == k && attr("num_shards") == num_shards &&
+                    static_cast<uint64_t>(attr("plan_hash")) == plan_hash,
+                "packed dataset shard '", path, "' is shard ", attr("shard_index"), " of ",
+                attr("num_shards"), " of a different pack than its index '",
+                packed_index_path(prefix_), "' (shard ", k, " of ", num_shards,
+                "); were packs mixed in one place? Repack the folder");
+  DLTRAIN_CHECK(attr("num_images") == n && attr("first_image") == first_.back(),
+                "packed dataset shard '", path, "' holds ", attr("num_images"),
+                " images starting at ", attr("first_image"), " but the index '",
+                packed_index_path(prefix_), "' says ", n, " starting at ", first_.back(),
+                "; repack the folder");
+  DLTRAIN_CHECK(n >= 0 && static_cast<hsize_t>(n) < file_size(file, path), "packed dataset shard '",
+                path, "': the index '", packed_index_path(prefix_), "' says it holds ", n,
+                " images, more than its size allows; repack the folder");
+  auto off = read_ints(file, "offsets", static_cast<hsize_t>(n + 1), path);
+  auto lab = read_ints(file, "labels", static_cast<hsize_t>(n), path);
+  auto crc = read_crcs(file, static_cast<hsize_t>(n), path);
+  const auto stored = read_int_attr(file, "tables_crc", path);
+  DLTRAIN_CHECK(tables_crc(off, lab, crc) == stored, "packed dataset shard '", path,
+                "' is corrupt: its offsets, labels or CRCs do not match their CRC-32 (",
+                tables_crc(off, lab, crc), ", recorded ", stored,
+                "); delete it and run dltrain-pack --resume");
+  Hid jpeg = open_dataset(file, "jpeg", path);
+  const hsize_t bytes = dataset_length(jpeg, path, "jpeg");
+  DLTRAIN_CHECK(off.front() == 0 && static_cast<hsize_t>(off.back()) == bytes &&
+                    std::is_sorted(off.begin(), off.end()) && bytes <= file_size(file, path),
+                "packed dataset shard '", path,
+                "': its image offsets do not tile its JPEG data; the file is corrupt");
+  for (int64_t l : lab)
+    DLTRAIN_CHECK(l >= 0 && l < num_classes, "packed dataset shard '", path, "': label ", l,
+                  " is outside the ", num_classes, " classes; the file is corrupt");
+  // Direct reads when the bytes lie in one contiguous, unfiltered run of 1-byte elements.
+  if (bytes > 0) {
+    Hid dcpl(H5Dget_create_plist(jpeg), H5Pclose);
+    Hid type(H5Dget_type(jpeg), H5Tclose);
+    if (dcpl.get() >= 0 && type.get() >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+        H5Pget_nfilters(dcpl) == 0 && H5Tget_size(type) == 1) {
+      const haddr_t at = H5Dget_offset(jpeg);
+      DLTRAIN_CHECK(
+          at != HADDR_UNDEF && at <= file_size(file, path) && bytes <= file_size(file, path) - at,
+          "packed dataset shard '", path, "': its JPEG data (", bytes, " bytes at offset ",
+          at == HADDR_UNDEF ? -1 : static_cast<int64_t>(at),
+          ") lies past its end; the file is truncated or corrupt: delete it and run "
+          "dltrain-pack --resume");
+      shards_->direct[static_cast<size_t>(k)] = static_cast<int64_t>(at);
+    }
+  }
+  offsets_.insert(offsets_.end(), off.begin(), off.end());
+  labels_.insert(labels_.end(), lab.begin(), lab.end());
+  crcs_.insert(crcs_.end(), crc.begin(), crc.end());
+  first_.push_back(first_.back() + n);
 }
 
 PackedImageDataset::~PackedImageDataset() {
@@ -816,7 +971,7 @@ void PackedImageDataset::read_into(int64_t index, std::vector<uint8_t>& out) con
       if (r <= 0) break;
       got += static_cast<size_t>(r);
     }
-    if (got == count) return;
+    if (got == count) return check_crc(index, out);
     std::string src = "unknown: the shard's paths do not read either";
     try {
       src = source_path(index);
@@ -839,6 +994,24 @@ void PackedImageDataset::read_into(int64_t index, std::vector<uint8_t>& out) con
                  "'; the shard is truncated or corrupt: delete it and run dltrain-pack "
                  "--resume");
   }
+  check_crc(index, out);
+}
+
+void PackedImageDataset::check_crc(int64_t index, const std::vector<uint8_t>& bytes) const {
+  const uint32_t crc = io::detail::crc32_update(0, bytes.data(), bytes.size());
+  const uint32_t want = crcs_[static_cast<size_t>(index)];
+  if (crc == want) return;
+  const auto [k, pos] = locate(index);
+  (void)pos;
+  std::string src = "unknown: the shard's paths do not read either";
+  try {
+    src = source_path(index);
+  } catch (const Error&) {
+  }
+  DLTRAIN_FAIL("PackedImageDataset: sample ", index, " (source '", src, "') in '",
+               index_.shard_files[static_cast<size_t>(k)],
+               "' is corrupt: its JPEG bytes have CRC-32 ", crc, " but had ", want,
+               " when packed; delete the shard and run dltrain-pack --resume");
 }
 
 std::vector<uint8_t> PackedImageDataset::read_jpeg(int64_t index) const {
@@ -900,6 +1073,15 @@ void detail::set_packed_int_attribute(const std::string& path, const std::string
   Hid file(check_id(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), path, "open the file"),
            H5Fclose);
   write_int_attr(file, name.c_str(), value, path);
+  check_status(H5Fclose(file.release()), path, "close the file");
+  // An index gets its header (CRC) again, as if dltrain had written the change.
+  char magic[16] = {};
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    const size_t got = std::fread(magic, 1, sizeof magic, f);
+    std::fclose(f);
+    if (got == sizeof magic && std::memcmp(magic, index_kind().magic, 16) == 0)
+      io::detail::stamp_verified_header(path, index_kind(), kPackedFormatVersion);
+  }
 }
 
 #endif  // DLTRAIN_WITH_HDF5

@@ -3,11 +3,14 @@
 // resizing; shard splitting; resume after an interruption (only the missing or broken
 // shards are rewritten, and the result equals a fresh pack byte for byte); errors naming
 // the file for missing, truncated, corrupt, foreign and newer-format files; the LRU cap on
-// open shards; and DataLoader batches with and without workers. In a build without HDF5
+// open shards; DataLoader batches with and without workers; and (issue 16) corrupt,
+// truncated and old-format files, which must give a dltrain::Error naming the file and the
+// fix, never a crash or silently altered data. In a build without HDF5
 // every test only checks that the functions raise the error saying how to get it.
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -332,9 +335,10 @@ TEST_CASE("Packed dataset errors name the file and the fix", "[packed]") {
   REQUIRE_THROWS_WITH(PackedImageDataset(prefix),
                       Contains(s0) && Contains("format 99") && Contains("upgrade dltrain"));
   repack();
-  data::detail::set_packed_int_attribute(index, "format_version", 2);
-  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(index) && Contains("format 2"));
-  REQUIRE_THROWS_WITH(read_packed_index(prefix), Contains(index) && Contains("format 2"));
+  data::detail::set_packed_int_attribute(index, "format_version", kPackedFormatVersion + 1);
+  const std::string newer = "format " + std::to_string(kPackedFormatVersion + 1);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(index) && Contains(newer));
+  REQUIRE_THROWS_WITH(read_packed_index(prefix), Contains(index) && Contains(newer));
   repack();
   data::detail::set_packed_int_attribute(s2, "num_images", 3);
   REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(s2) && Contains("holds 3 images") &&
@@ -352,7 +356,7 @@ TEST_CASE("Packed dataset errors name the file and the fix", "[packed]") {
   REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(index) && Contains("dltrain-pack"));
   repack();
 
-  // Damaged JPEG data inside a shard: found when the sample is decoded.
+  // Damaged JPEG data inside a shard: found when the sample is read (its CRC-32).
   {
     PackedOptions o;
     o.transform = ImagePipeline::eval(40, 32);
@@ -499,4 +503,132 @@ TEST_CASE("Packed reads: lock-free and concurrent, evicting descriptors, truncat
     }
   }
   CHECK(failed);
+}
+
+// Issue 16: the index is checked whole (CRC) and a shard's metadata by HDF5's checksums
+// (superblock v2, checked before HDF5 sees the file), its tables and JPEG bytes by dltrain's
+// CRCs. Every damaged file gives a dltrain::Error naming the file and the fix.
+TEST_CASE("Corrupt, truncated and old-format pack files give errors naming the file and the fix",
+          "[packed][corrupt]") {
+  REQUIRE_PACKED();
+  TempDir dir("packed_corrupt");
+  const std::string root = dir.file("images"), prefix = dir.file("p");
+  make_folder(root);
+  const PackOptions po = pack_opts(10);
+  auto repack = [&] { pack_image_folder(root, prefix, po); };
+  repack();
+  const std::string s0 = packed_shard_path(prefix, 0), index = packed_index_path(prefix);
+  const auto good_index = read_bytes(index), good_shard = read_bytes(s0);
+
+  // Round trip, and the layout: the index starts with its verified header and its HDF5 part
+  // (superblock v2) at byte 512; a shard starts with a v2 superblock.
+  const ImageFolder folder(root);
+  std::vector<std::vector<uint8_t>> jpegs;
+  {
+    const PackedImageDataset ds(prefix);
+    REQUIRE(ds.size() == folder.size());
+    REQUIRE(ds.targets() == folder.targets());
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      jpegs.push_back(ds.read_jpeg(i));
+      REQUIRE(jpegs.back() == read_bytes(folder.samples()[static_cast<size_t>(i)].first));
+    }
+  }
+  REQUIRE(std::memcmp(good_index.data(), "dltrain pack\r\n\x1a\n", 16) == 0);
+  REQUIRE(std::memcmp(good_index.data() + 512, "\x89HDF\r\n\x1a\n", 8) == 0);
+  REQUIRE(good_index[512 + 8] == 2);
+  REQUIRE(std::memcmp(good_shard.data(), "\x89HDF\r\n\x1a\n", 8) == 0);
+  REQUIRE(good_shard[8] == 2);
+
+  auto require_error = [&](const std::string& file, const std::vector<std::string>& words) {
+    for (int pass = 0; pass < 2; ++pass) {
+      try {
+        if (pass == 0)
+          (void)PackedImageDataset(prefix);
+        else
+          (void)read_packed_index(prefix);
+        FAIL("no error for a damaged '" << file << "'");
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        CHECK_THAT(what, Contains(file));
+        for (const auto& w : words) CHECK_THAT(what, Contains(w));
+      }
+    }
+  };
+
+  // A truncated index, at several lengths (inside the header, the HDF5 part, the end).
+  for (const double keep : {0.01, 0.2, 0.5, 0.9, 0.999}) {
+    INFO("index truncated to " << keep);
+    truncate_file(index, keep);
+    require_error(index, {"dltrain-pack"});
+    write_bytes(index, good_index);
+  }
+  // A byte-flipped index: in the magic, the CRC field, the size field, the note, the HDF5
+  // superblock, its metadata and data.
+  for (const size_t at : {size_t{0}, size_t{21}, size_t{33}, size_t{100}, size_t{512 + 8},
+                          size_t{700}, good_index.size() / 2, good_index.size() - 1}) {
+    INFO("index byte " << at << " flipped");
+    auto bytes = good_index;
+    bytes[at] ^= 0x5a;
+    write_bytes(index, bytes);
+    require_error(index, {"dltrain-pack"});
+  }
+  write_bytes(index, good_index);
+
+  // A truncated shard, at several lengths.
+  for (const double keep : {0.001, 0.01, 0.3, 0.6, 0.95}) {
+    INFO("shard truncated to " << keep);
+    truncate_file(s0, keep);
+    REQUIRE_THROWS_WITH(PackedImageDataset(prefix),
+                        Contains(s0) && (Contains("truncated") || Contains("not an HDF5 file")) &&
+                            Contains("dltrain-pack"));
+    write_bytes(s0, good_shard);
+  }
+
+  // A byte flipped anywhere in a shard: every byte of its first KiB (superblock, root object
+  // header, ...), then every 61st: an error naming the shard, or exactly the packed data.
+  int errors = 0, intact = 0;
+  PackedOptions o;
+  o.transform = ImagePipeline::eval(16, 16);
+  for (size_t at = 0; at < good_shard.size(); at += at < 1024 ? 1 : 61) {
+    auto bytes = good_shard;
+    bytes[at] ^= 0xff;
+    write_bytes(s0, bytes);
+    try {
+      const PackedImageDataset ds(prefix, o);
+      bool same = ds.targets() == folder.targets();
+      for (int64_t i = 0; i < ds.size(); ++i)
+        same = same && ds.read_jpeg(i) == jpegs[static_cast<size_t>(i)];
+      if (!same) FAIL("shard byte " << at << " flipped: the data changed without an error");
+      ++intact;
+    } catch (const Error& e) {
+      INFO("shard byte " << at << " flipped");
+      REQUIRE_THAT(e.what(), Contains(s0) && (Contains("dltrain-pack") || Contains("repack")));
+      ++errors;
+    }
+  }
+  write_bytes(s0, good_shard);
+  INFO("flipped shard bytes: " << errors << " errors, " << intact << " intact");
+  CHECK(errors > 600);
+
+  // An old-format pack (format 1, dltrain 0.1: no index header, superblock v0 shards).
+  const std::string old = dir.file("old");
+  for (const char* name : {"p-index.h5", "p-00000.h5"})
+    fs::copy_file(fs::path(DLTRAIN_REFERENCE_DIR) / "data/pack_format1" / name,
+                  fs::path(dir.file(std::string("old") + (name + 1))));
+  REQUIRE_THROWS_WITH(PackedImageDataset(old), Contains(packed_index_path(old)) &&
+                                                   Contains("older dltrain") &&
+                                                   Contains("repack with dltrain-pack"));
+  REQUIRE_THROWS_WITH(read_packed_index(old),
+                      Contains(packed_index_path(old)) && Contains("older dltrain"));
+  // An old shard in a new pack.
+  fs::copy_file(fs::path(DLTRAIN_REFERENCE_DIR) / "data/pack_format1/p-00000.h5", s0,
+                fs::copy_options::overwrite_existing);
+  REQUIRE_THROWS_WITH(PackedImageDataset(prefix), Contains(s0) &&
+                                                      Contains("superblock of version 0") &&
+                                                      Contains("repack with dltrain-pack"));
+  // dltrain-pack --resume rewrites it.
+  PackOptions resume = po;
+  resume.resume = true;
+  REQUIRE(pack_image_folder(root, prefix, resume).shards_written == 1);
+  REQUIRE(read_bytes(s0) == good_shard);
 }

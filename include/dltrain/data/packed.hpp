@@ -2,20 +2,22 @@
 // (pack_image_folder, tools/dltrain-pack), and PackedImageDataset, which reads them with a
 // handful of open files instead of a million small ones.
 //
-// Format (version 1). A pack with prefix PREFIX is the files
+// Format (version 2). A pack with prefix PREFIX is the files
 //   PREFIX-00000.h5, PREFIX-00001.h5, ...   the shards, each holding consecutive images
 //   PREFIX-index.h5                          written last: the pack is complete
-// Every file's root group carries the int64 attributes `format_version` (1), `num_shards`,
+// Every file's root group carries the int64 attributes `format_version` (2), `num_shards`,
 // `num_images` (its own images for a shard, all of them for the index), `max_side`,
 // `quality` and `plan_hash` (a 64-bit hash of the source listing, file sizes and the pack
 // options; a shard belongs to the index with the same hash), and the dataset `classes`
 // (fixed-length strings [C], the class names; a dataset rather than an attribute, which
 // HDF5 limits to 64 KiB). A shard also has the attributes `shard_index`,
-// `first_image` (the packed index of its first image) and `complete` (1, written last),
+// `first_image` (the packed index of its first image), `tables_crc` (the CRC-32 of its
+// offsets, labels and crc32 data as stored, in that order) and `complete` (1, written last),
 // and the datasets
 //   jpeg     uint8 [total bytes]   every image's JPEG bytes, concatenated (contiguous)
 //   offsets  int64 [n + 1]         image i is jpeg[offsets[i], offsets[i + 1])
 //   labels   int64 [n]             class index of image i
+//   crc32    uint32 [n]            zlib's CRC-32 of image i's JPEG bytes
 //   sources  int64 [n]             image i's index in the source folder's listing
 //   paths    fixed-length string [n]   image i's path relative to the source folder
 // The index holds `shard_counts` int64 [num_shards]. Images are in the source folder's
@@ -24,6 +26,18 @@
 // exceeds max_side is decoded (DCT-scaled to no less than max_side), resized bilinearly so
 // that its longer side is max_side, and re-encoded at `quality` (4:2:0); any other image
 // keeps its original bytes.
+//
+// Integrity (issue 16): every file is written with HDF5 format bounds [1.8, 1.10]
+// (superblock v2 and v2 object headers, which HDF5 checksums; h5py on HDF5 1.10 reads them).
+// The index starts with dltrain's verified header, a 512-byte HDF5 user block holding the
+// magic "dltrain pack\r\n\x1a\n" and the CRC-32 of the whole file, checked before HDF5
+// opens it. A shard is checked before HDF5 opens it for a superblock of version 2 or later
+// whose recorded size fits the file; its tables against `tables_crc` when the dataset opens;
+// and each image's bytes against `crc32` at every read. So a damaged file gives a
+// dltrain::Error naming it and the fix, never a crash inside HDF5 or silently altered data
+// (the `paths` and `sources` strings, used only in messages, are not covered). Packs of
+// format 1 (no header, superblock v0) are refused with "repack with dltrain-pack"; a
+// resumed pack rewrites their shards.
 //
 // Writing is crash-safe per shard: each shard is written to a temporary file that gets
 // its `complete` attribute last and is fsynced and renamed into place, and the index is
@@ -50,7 +64,7 @@
 namespace dltrain::data {
 
 /// The packed format version this dltrain writes and the newest it reads.
-inline constexpr int64_t kPackedFormatVersion = 1;
+inline constexpr int64_t kPackedFormatVersion = 2;
 
 /// Progress of pack_image_folder, passed to PackOptions::on_progress.
 struct PackProgress {
@@ -134,7 +148,8 @@ std::string packed_shard_path(const std::string& prefix, int64_t shard);
 std::string packed_index_path(const std::string& prefix);
 
 /// Reads PREFIX-index.h5 (not the shards). Throws dltrain::Error naming the file when it is
-/// missing (an unfinished pack), not HDF5, truncated, or of a newer format version.
+/// missing (an unfinished pack), not a pack index, truncated or corrupt (its CRC), of format 1
+/// (repack) or of a newer format version.
 PackedIndex read_packed_index(const std::string& prefix);
 
 /// PackedImageDataset configuration.
@@ -158,10 +173,10 @@ struct PackedOptions {
 /// decoded and transformed outside it. get/get_batch are const and thread-safe.
 class PackedImageDataset : public EpochDataset {
  public:
-  /// Opens the pack `prefix`. Throws dltrain::Error naming the file when the index or a
-  /// shard is missing, not HDF5, truncated or corrupt, of a newer format version, or does
-  /// not match the index (counts, shard numbers, plan hash), or when options.transform is
-  /// invalid.
+  /// Opens the pack `prefix`. Throws dltrain::Error naming the file and the fix when the
+  /// index or a shard is missing, not HDF5, truncated or corrupt (CRCs, HDF5's checksums), of
+  /// format 1 or a newer format version, or does not match the index (counts, shard numbers,
+  /// plan hash), or when options.transform is invalid.
   explicit PackedImageDataset(std::string prefix, PackedOptions options = {});
   ~PackedImageDataset() override;
   PackedImageDataset(const PackedImageDataset&) = delete;
@@ -172,8 +187,8 @@ class PackedImageDataset : public EpochDataset {
   Example get(int64_t index) const override;
   /// data u8 [N, size, size, 3] and targets int64 [N]. Decodes in parallel over the CPU
   /// pool, or serially on a DataLoader worker thread. Throws dltrain::Error on an empty
-  /// list, an index out of range, or an image that fails to read or decode (naming the
-  /// shard file, the sample and its source path).
+  /// list, an index out of range, or an image that fails to read, fails its CRC-32 or does not
+  /// decode (naming the shard file, the sample and its source path).
   Batch get_batch_for_epoch(const std::vector<int64_t>& indices, int64_t epoch) const override;
 
   /// The stored JPEG bytes of sample `index`. Throws as get_batch.
@@ -194,6 +209,11 @@ class PackedImageDataset : public EpochDataset {
   struct Shards;
   // Reads sample `index`'s bytes into `out` (pread, or HDF5 under its mutex).
   void read_into(int64_t index, std::vector<uint8_t>& out) const;
+  // Opens shard k (with hdf5_mutex() held), checks it against the index and appends its
+  // offsets, labels and CRCs.
+  void check_shard(int64_t k, uint64_t plan_hash);
+  // Throws naming the sample and its shard unless `bytes` have sample `index`'s CRC-32.
+  void check_crc(int64_t index, const std::vector<uint8_t>& bytes) const;
   // (shard, position in the shard) of a sample index.
   std::pair<int64_t, int64_t> locate(int64_t index) const;
 
@@ -205,6 +225,8 @@ class PackedImageDataset : public EpochDataset {
   std::vector<int64_t> first_;
   // Per sample, its byte offset in its shard's `jpeg` dataset (n + 1 per shard, packed).
   std::vector<int64_t> offsets_;
+  // Per sample, the CRC-32 of its JPEG bytes (the shard's `crc32`).
+  std::vector<uint32_t> crcs_;
   std::unique_ptr<Shards> shards_;
 };
 
