@@ -54,6 +54,7 @@
 #include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/preemption.hpp"
+#include "dltrain/train/profiler.hpp"
 #include "dltrain/train/progress.hpp"
 #include "dltrain/train/resume.hpp"
 #include "dltrain/version.hpp"

@@ -16,6 +16,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "src/amp/dispatch.hpp"
+#include "src/core/trace.hpp"
 
 namespace dltrain::autograd {
 
@@ -145,6 +146,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
               bool retain_graph) {
   DLTRAIN_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ",
                 grads.size(), " gradients; pass one gradient (or an undefined Tensor) per root");
+  dltrain::detail::OpScope scope(dltrain::detail::TraceKind::Backward, "autograd::backward", "");
   NoGradGuard no_grad;  // backward formulas do not record (no double backward)
   CallbackScope callbacks;
   // Backward formulas run in the dtypes forward chose, never autocast again; and the weight
@@ -220,6 +222,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
         if (!p.grads[i].defined() && i < n->output_shapes.size())
           p.grads[i] = zeros(n->output_shapes[i], n->output_options[i]);
       }
+      // AccumulateGrad (no next edges) keeps its name; a function node is "<op>_backward".
+      dltrain::detail::OpScope scope(dltrain::detail::TraceKind::Backward, n->name(),
+                                     n->next_edges().empty() ? "" : "_backward");
       in_grads = n->apply(p.grads);
     }
     if (!retain_graph) n->release();

@@ -28,6 +28,7 @@
 #include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cpu/gemm.hpp"
 #include "src/backend/cuda/dnn.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 #include "src/ops/conv_impl.hpp"
 
@@ -430,6 +431,7 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 stride, Int2 padding,
               Int2 dilation, int64_t groups) {
+  DLTRAIN_OP_SCOPE("conv2d", x, weight, bias);
   if (auto ac = amp::detail::autocast_args(amp::Op::conv2d, {&x, &weight, &bias}))
     return conv2d((*ac)[0], (*ac)[1], (*ac)[2], stride, padding, dilation, groups);
   detail::check_defined("conv2d", x, "input");

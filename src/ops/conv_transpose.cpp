@@ -20,6 +20,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 #include "src/ops/conv_impl.hpp"
 
@@ -48,6 +49,7 @@ Tensor cut_or_extend(const Tensor& y, int64_t dim, int64_t start, int64_t len) {
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 stride,
                         Int2 padding, Int2 output_padding, int64_t groups, Int2 dilation) {
+  DLTRAIN_OP_SCOPE("conv_transpose2d", x, weight, bias);
   if (auto ac = amp::detail::autocast_args(amp::Op::conv_transpose2d, {&x, &weight, &bias}))
     return conv_transpose2d((*ac)[0], (*ac)[1], (*ac)[2], stride, padding, output_padding, groups,
                             dilation);
@@ -143,6 +145,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding, int64_t dilation, int64_t groups) {
+  DLTRAIN_OP_SCOPE("conv1d", x, weight, bias);
   detail::check_defined("conv1d", x, "input");
   detail::check_defined("conv1d", weight, "weight");
   DLTRAIN_CHECK(x.dim() == 3, "conv1d: expected a 3-d input [N, C, L] but got shape ",

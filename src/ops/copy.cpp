@@ -10,6 +10,7 @@
 #include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/elementwise.hpp"
 #include "src/core/layout.hpp"
+#include "src/core/trace.hpp"
 
 namespace dltrain {
 
@@ -39,6 +40,7 @@ bool bytes_compatible(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
+  DLTRAIN_OP_SCOPE("copy_", *this, src);
   checked();
   DLTRAIN_CHECK(src.defined(), "copy_: source tensor is undefined");
   DLTRAIN_CHECK(!(requires_grad() && is_leaf() && autograd::grad_mode_enabled()),
@@ -83,6 +85,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
 }
 
 Tensor Tensor::pin_memory() const {
+  DLTRAIN_OP_SCOPE("pin_memory", *this);
   checked();
   DLTRAIN_CHECK(device().is_cpu(), "pin_memory: the tensor is already on ", device(),
                 "; only CPU tensors can be pinned");
@@ -100,6 +103,7 @@ Tensor Tensor::pin_memory() const {
 }
 
 Tensor Tensor::clone(MemoryFormat fmt) const {
+  DLTRAIN_OP_SCOPE("clone", *this);
   checked();
   Tensor out = empty(shape(), resolve(fmt, *this), options());
   {
@@ -112,6 +116,7 @@ Tensor Tensor::clone(MemoryFormat fmt) const {
 }
 
 Tensor Tensor::contiguous(MemoryFormat fmt) const {
+  DLTRAIN_OP_SCOPE("contiguous", *this);
   if (is_contiguous(resolve(fmt, *this))) return *this;
   return clone(resolve(fmt, *this));
 }
@@ -119,6 +124,7 @@ Tensor Tensor::contiguous(MemoryFormat fmt) const {
 Tensor Tensor::to(MemoryFormat fmt) const { return contiguous(fmt); }
 
 Tensor Tensor::to(DType dt) const {
+  DLTRAIN_OP_SCOPE("to", *this);
   checked();
   if (dt == dtype()) return *this;
   Tensor out = empty(shape(), suggest_memory_format(), options().with_dtype(dt));
@@ -136,6 +142,7 @@ Tensor Tensor::to(DType dt) const {
 }
 
 Tensor Tensor::to(Device dev, bool non_blocking) const {
+  DLTRAIN_OP_SCOPE("to", *this);
   checked();
   if (dev == device()) return *this;
   // Keep the layout (a channels-last batch stays channels-last) and move dense bytes.

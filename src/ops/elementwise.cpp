@@ -16,6 +16,7 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/elementwise.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -217,6 +218,7 @@ Tensor compare(const char* name, const Tensor& a, const Tensor& b, CompareOp kin
 // --- binary arithmetic ------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  DLTRAIN_OP_SCOPE("add", a, b);
   Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
   autograd::record(
       "add", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
@@ -228,6 +230,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  DLTRAIN_OP_SCOPE("sub", a, b);
   Tensor out = binary_raw(BinaryOp::Sub, a, b, alpha);
   autograd::record(
       "sub", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
@@ -238,6 +241,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("mul", a, b);
   Tensor out = binary_raw(BinaryOp::Mul, a, b, 1.0);
   autograd::record("mul", {a, b}, {out},
                    [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
@@ -249,6 +253,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("div", a, b);
   Tensor out = binary_raw(BinaryOp::Div, a, b, 1.0);
   autograd::record("div", {a, b}, {out},
                    [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
@@ -296,6 +301,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 // --- unary ----------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("neg", x);
   Tensor out = is_floating(x.dtype()) ? unary_float(UnaryOp::Neg, x, [](auto v) { return -v; })
                                       : mul(x.detach(), -1.0);
   autograd::record("neg", {x}, {out},
@@ -304,6 +310,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("exp", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::exp, {&x})) return exp((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Exp, x, [](auto v) { return std::exp(v); });
   autograd::record("exp", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
@@ -313,6 +320,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("log", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x})) return log((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Log, x, [](auto v) { return std::log(v); });
   autograd::record("log", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
@@ -322,6 +330,7 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("sqrt", x);
   Tensor out = unary_float(UnaryOp::Sqrt, x, [](auto v) { return std::sqrt(v); });
   autograd::record("sqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{div(mul(g[0], 0.5), o)};
@@ -330,6 +339,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor rsqrt(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("rsqrt", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::rsqrt, {&x})) return rsqrt((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Rsqrt, x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
   autograd::record("rsqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
@@ -339,6 +349,7 @@ Tensor rsqrt(const Tensor& x) {
 }
 
 Tensor abs(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("abs", x);
   Tensor out = unary_float(UnaryOp::Abs, x, [](auto v) { return std::abs(v); });
   autograd::record("abs", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{binary_float(GradOp::Abs, g[0], x, [](auto gv, auto v) {
@@ -352,6 +363,7 @@ Tensor abs(const Tensor& x) {
 Tensor square(const Tensor& x) { return mul(x, x); }
 
 Tensor pow(const Tensor& x, double e) {
+  DLTRAIN_OP_SCOPE("pow", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x})) return pow((*ac)[0], e);
   Tensor out = unary_float(
       UnaryOp::Pow, x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); }, e);
@@ -363,6 +375,7 @@ Tensor pow(const Tensor& x, double e) {
 }
 
 Tensor pow(const Tensor& x, const Tensor& y) {
+  DLTRAIN_OP_SCOPE("pow", x, y);
   if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x, &y})) return pow((*ac)[0], (*ac)[1]);
   detail::check_defined("pow", x, "self");
   detail::check_defined("pow", y, "exponent");
@@ -379,6 +392,7 @@ Tensor pow(const Tensor& x, const Tensor& y) {
 }
 
 Tensor relu(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("relu", x);
   Tensor out =
       unary_float(UnaryOp::Relu, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
   autograd::record("relu", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
@@ -390,6 +404,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
+  DLTRAIN_OP_SCOPE("leaky_relu", x);
   Tensor out = unary_float(
       UnaryOp::LeakyRelu, x,
       [slope](auto v) { return v > decltype(v)(0) ? v : v * static_cast<decltype(v)>(slope); },
@@ -406,6 +421,7 @@ Tensor leaky_relu(const Tensor& x, double slope) {
 }
 
 Tensor gelu(const Tensor& x, bool approximate) {
+  DLTRAIN_OP_SCOPE("gelu", x);
   Tensor out =
       unary_float(approximate ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x, [approximate](auto v) {
         using A = decltype(v);
@@ -432,6 +448,7 @@ Tensor gelu(const Tensor& x, bool approximate) {
 }
 
 Tensor sigmoid(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("sigmoid", x);
   Tensor out = unary_float(UnaryOp::Sigmoid, x, [](auto v) {
     using A = decltype(v);
     return v >= A(0) ? A(1) / (A(1) + std::exp(-v)) : std::exp(v) / (A(1) + std::exp(v));
@@ -444,6 +461,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("tanh", x);
   Tensor out = unary_float(UnaryOp::Tanh, x, [](auto v) { return std::tanh(v); });
   autograd::record("tanh", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{binary_float(
@@ -453,6 +471,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  DLTRAIN_OP_SCOPE("clamp", x);
   DLTRAIN_CHECK(!(lo && hi && *lo > *hi), "clamp: min (", *lo, ") is greater than max (", *hi, ")");
   const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
   Tensor out = unary_float(
@@ -475,6 +494,7 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 }
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
+  DLTRAIN_OP_SCOPE("clamp", x, lo, hi);
   detail::check_defined("clamp", x, "input");
   DLTRAIN_CHECK(lo.defined() || hi.defined(),
                 "clamp: give at least one of min and max (both are undefined)");
@@ -491,6 +511,7 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
 // kernels/elementwise_unary.cu and elementwise_grad.cu repeat them.
 
 Tensor silu(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("silu", x);
   Tensor out = unary_float(UnaryOp::Silu, x, [](auto v) {
     using A = decltype(v);
     return v / (A(1) + std::exp(-v));
@@ -506,6 +527,7 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  DLTRAIN_OP_SCOPE("softplus", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::softplus, {&x}))
     return softplus((*ac)[0], beta, threshold);
   DLTRAIN_CHECK(beta != 0, "softplus: beta must be non-zero");
@@ -532,6 +554,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
 }
 
 Tensor elu(const Tensor& x, double alpha) {
+  DLTRAIN_OP_SCOPE("elu", x);
   Tensor out = unary_float(
       UnaryOp::Elu, x,
       [alpha](auto v) {
@@ -552,6 +575,7 @@ Tensor elu(const Tensor& x, double alpha) {
 }
 
 Tensor mish(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("mish", x);
   Tensor out =
       unary_float(UnaryOp::Mish, x, [](auto v) { return v * std::tanh(std::log1p(std::exp(v))); });
   autograd::record("mish", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
@@ -566,6 +590,7 @@ Tensor mish(const Tensor& x) {
 }
 
 Tensor hardswish(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("hardswish", x);
   Tensor out = unary_float(UnaryOp::Hardswish, x, [](auto v) {
     using A = decltype(v);
     return v <= A(-3) ? A(0) : (v >= A(3) ? v : v * (v + A(3)) / A(6));
@@ -580,6 +605,7 @@ Tensor hardswish(const Tensor& x) {
 }
 
 Tensor sin(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("sin", x);
   Tensor out = unary_float(UnaryOp::Sin, x, [](auto v) { return std::sin(v); });
   autograd::record("sin", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{mul(g[0], cos(x))};
@@ -588,6 +614,7 @@ Tensor sin(const Tensor& x) {
 }
 
 Tensor cos(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("cos", x);
   Tensor out = unary_float(UnaryOp::Cos, x, [](auto v) { return std::cos(v); });
   autograd::record("cos", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{neg(mul(g[0], sin(x)))};
@@ -596,6 +623,7 @@ Tensor cos(const Tensor& x) {
 }
 
 Tensor log1p(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("log1p", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log1p, {&x})) return log1p((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Log1p, x, [](auto v) { return std::log1p(v); });
   autograd::record("log1p", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
@@ -605,6 +633,7 @@ Tensor log1p(const Tensor& x) {
 }
 
 Tensor expm1(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("expm1", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::expm1, {&x})) return expm1((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Expm1, x, [](auto v) { return std::expm1(v); });
   autograd::record("expm1", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
@@ -614,6 +643,7 @@ Tensor expm1(const Tensor& x) {
 }
 
 Tensor sign(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("sign", x);
   Tensor out = unary_float(UnaryOp::Sign, x, [](auto v) {
     using A = decltype(v);
     return A((A(0) < v) - (v < A(0)));
@@ -627,6 +657,7 @@ Tensor sign(const Tensor& x) {
 // --- selection --------------------------------------------------------------------
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("where", cond, a, b);
   detail::check_defined("where", cond, "condition");
   detail::check_defined("where", a, "self");
   detail::check_defined("where", b, "other");
@@ -658,6 +689,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  DLTRAIN_OP_SCOPE("masked_fill", x, mask);
   DLTRAIN_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(),
                 "masked_fill: mask of shape ", shape_str(mask.shape()),
                 " does not broadcast to the input's shape ", shape_str(x.shape()));
@@ -682,21 +714,25 @@ Tensor logical_not(const Tensor& x) { return eq(x, 0.0); }
 // Logical and / or / xor: the truth of each operand (ne 0, any dtype) combined by where or
 // ne, so the result is bool on every device and broadcasts.
 Tensor logical_and(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("logical_and", a, b);
   detail::check_same_device("logical_and", {&a, &b});
   return where(ne(a, 0.0), ne(b, 0.0),
                scalar_tensor(0.0, TensorOptions(DType::b8).with_device(a.device())));
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("logical_or", a, b);
   detail::check_same_device("logical_or", {&a, &b});
   return where(ne(a, 0.0), scalar_tensor(1.0, TensorOptions(DType::b8).with_device(a.device())),
                ne(b, 0.0));
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("logical_xor", a, b);
   detail::check_same_device("logical_xor", {&a, &b});
   return ne(ne(a, 0.0), ne(b, 0.0));
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  DLTRAIN_OP_SCOPE("allclose", a, b);
   if (a.shape() != b.shape()) return false;
   const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
   for (size_t i = 0; i < va.size(); ++i) {
@@ -752,6 +788,7 @@ Tensor& inplace(const char* name, Tensor& self, const std::vector<Tensor>& other
 }  // namespace
 
 Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
+  DLTRAIN_OP_SCOPE("add_", other);
   return inplace(
       "add_", self, {other},
       [&]<class T>(const std::vector<Tensor>& o) {
@@ -764,6 +801,7 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
 }
 
 Tensor& mul_(Tensor& self, const Tensor& other) {
+  DLTRAIN_OP_SCOPE("mul_", other);
   return inplace(
       "mul_", self, {other},
       [&]<class T>(const std::vector<Tensor>& o) {
@@ -780,6 +818,7 @@ Tensor& add_(Tensor& self, double v) {
 }
 
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
+  DLTRAIN_OP_SCOPE("addcmul_", t1, t2);
   return inplace(
       "addcmul_", self, {t1, t2},
       [&]<class T>(const std::vector<Tensor>& o) {
@@ -795,6 +834,7 @@ Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value)
 }
 
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
+  DLTRAIN_OP_SCOPE("addcdiv_", t1, t2);
   return inplace(
       "addcdiv_", self, {t1, t2},
       [&]<class T>(const std::vector<Tensor>& o) {

@@ -17,6 +17,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/norm.hpp"
 #include "dltrain/ops/reduction.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -174,6 +175,7 @@ Tensor group_norm_cpu(const Tensor& x, int64_t G, const Tensor& weight, const Te
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  DLTRAIN_OP_SCOPE("group_norm", x, weight, bias);
   if (auto ac = amp::detail::autocast_args(amp::Op::group_norm, {&x, &weight, &bias}))
     return group_norm((*ac)[0], num_groups, (*ac)[1], (*ac)[2], eps);
   const char* op = "group_norm";
@@ -210,6 +212,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                      const Tensor& weight, const Tensor& bias, bool use_input_stats,
                      double momentum, double eps) {
+  DLTRAIN_OP_SCOPE("instance_norm", x, running_mean, running_var, weight, bias);
   const char* op = "instance_norm";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &running_mean, &running_var, &weight, &bias});

@@ -26,6 +26,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cuda/indexing.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 #include "src/ops/index_util.hpp"
 
@@ -160,6 +161,7 @@ void scatter_into(const Tensor& dst, int64_t dim, const std::vector<int64_t>& id
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  DLTRAIN_OP_SCOPE("embedding", weight, indices);
   const char* op = "embedding";
   detail::check_defined(op, weight, "weight");
   detail::check_same_device(op, {&weight, &indices});
@@ -205,6 +207,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  DLTRAIN_OP_SCOPE("index_select", x, index);
   const char* op = "index_select";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &index});
@@ -247,6 +250,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  DLTRAIN_OP_SCOPE("gather", x, index);
   const char* op = "gather";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &index});
@@ -281,6 +285,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  DLTRAIN_OP_SCOPE("scatter_add", x, index, src);
   if (auto ac = amp::detail::autocast_args(amp::Op::scatter_add, {&x, &index, &src}))
     return scatter_add((*ac)[0], dim, (*ac)[1], (*ac)[2]);
   const char* op = "scatter_add";
@@ -359,6 +364,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
+  DLTRAIN_OP_SCOPE("segment_sum", src, segment_ids);
   const char* op = "segment_sum";
   detail::check_defined(op, src, "src");
   detail::check_same_device(op, {&src, &segment_ids});
@@ -401,6 +407,7 @@ Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
 }
 
 Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
+  DLTRAIN_OP_SCOPE("segment_mean", src, segment_ids);
   const char* op = "segment_mean";
   detail::check_defined(op, src, "src");
   DLTRAIN_CHECK(is_floating(src.dtype()), op, ": src must be floating-point but has dtype ",
@@ -423,6 +430,7 @@ Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_se
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                  double alpha) {
+  DLTRAIN_OP_SCOPE("index_add", x, index, src);
   const char* op = "index_add";
   detail::check_defined(op, x, "input");
   detail::check_defined(op, src, "src");
@@ -481,6 +489,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  DLTRAIN_OP_SCOPE("one_hot", indices);
   const char* op = "one_hot";
   if (indices.defined() && indices.device().is_cuda() && num_classes >= 0) {
     check_index(op, indices, "indices");

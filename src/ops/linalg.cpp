@@ -19,6 +19,7 @@
 #include "src/backend/cpu/gemm.hpp"
 #include "src/backend/cuda/blas.hpp"
 #include "src/backend/cuda/dnn.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -126,6 +127,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("mm", a, b);
   if (auto ac = amp::detail::autocast_args(amp::Op::mm, {&a, &b})) return mm((*ac)[0], (*ac)[1]);
   check_operands("mm", a, b);
   detail::check_dim("mm", a, 2, "self");
@@ -145,6 +147,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("bmm", a, b);
   if (auto ac = amp::detail::autocast_args(amp::Op::bmm, {&a, &b})) return bmm((*ac)[0], (*ac)[1]);
   check_operands("bmm", a, b);
   detail::check_dim("bmm", a, 3, "self");
@@ -165,6 +168,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  DLTRAIN_OP_SCOPE("matmul", a, b);
   if (auto ac = amp::detail::autocast_args(amp::Op::matmul, {&a, &b}))
     return matmul((*ac)[0], (*ac)[1]);
   check_operands("matmul", a, b);
@@ -205,6 +209,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  DLTRAIN_OP_SCOPE("linear", x, weight, bias);
   if (auto ac = amp::detail::autocast_args(amp::Op::linear, {&x, &weight, &bias}))
     return linear((*ac)[0], (*ac)[1], (*ac)[2]);
   detail::check_defined("linear", x, "input");

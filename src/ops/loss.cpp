@@ -26,6 +26,7 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/loss.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -445,17 +446,20 @@ Tensor reduce(const Tensor& t, Reduction r) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  DLTRAIN_OP_SCOPE("softmax", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::softmax, {&x})) return softmax((*ac)[0], dim);
   return softmax_impl(x, dim, false);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  DLTRAIN_OP_SCOPE("log_softmax", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log_softmax, {&x}))
     return log_softmax((*ac)[0], dim);
   return softmax_impl(x, dim, true);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  DLTRAIN_OP_SCOPE("dropout", x);
   const char* op = "dropout";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1] but is ", p);
@@ -501,6 +505,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
                      const CrossEntropyOptions& opts) {
+  DLTRAIN_OP_SCOPE("cross_entropy", logits_in, target_in);
   if (auto ac = amp::detail::autocast_args(amp::Op::cross_entropy,
                                            {&logits_in, &target_in, &opts.weight})) {
     CrossEntropyOptions o = opts;
@@ -628,6 +633,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& opts) {
+  DLTRAIN_OP_SCOPE("nll_loss", log_probs, target);
   if (auto ac =
           amp::detail::autocast_args(amp::Op::nll_loss, {&log_probs, &target, &opts.weight})) {
     NLLLossOptions o = opts;
@@ -678,6 +684,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  DLTRAIN_OP_SCOPE("mse_loss", input, target);
   if (auto ac = amp::detail::autocast_args(amp::Op::mse_loss, {&input, &target}))
     return mse_loss((*ac)[0], (*ac)[1], reduction);
   const char* op = "mse_loss";
@@ -694,6 +701,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
+  DLTRAIN_OP_SCOPE("binary_cross_entropy_with_logits", logits, target, pos_weight);
   if (auto ac = amp::detail::autocast_args(amp::Op::binary_cross_entropy_with_logits,
                                            {&logits, &target, &pos_weight}))
     return binary_cross_entropy_with_logits((*ac)[0], (*ac)[1], reduction, (*ac)[2]);

@@ -12,6 +12,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/loss.hpp"
 #include "dltrain/ops/reduction.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -43,6 +44,7 @@ void check_pair(const char* op, const Tensor& input, const Tensor& target) {
 }  // namespace
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  DLTRAIN_OP_SCOPE("l1_loss", input, target);
   if (auto ac = amp::detail::autocast_args(amp::Op::l1_loss, {&input, &target}))
     return l1_loss((*ac)[0], (*ac)[1], reduction);
   check_pair("l1_loss", input, target);
@@ -50,6 +52,7 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  DLTRAIN_OP_SCOPE("smooth_l1_loss", input, target);
   if (auto ac = amp::detail::autocast_args(amp::Op::smooth_l1_loss, {&input, &target}))
     return smooth_l1_loss((*ac)[0], (*ac)[1], reduction, beta);
   check_pair("smooth_l1_loss", input, target);
@@ -60,6 +63,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  DLTRAIN_OP_SCOPE("huber_loss", input, target);
   if (auto ac = amp::detail::autocast_args(amp::Op::huber_loss, {&input, &target}))
     return huber_loss((*ac)[0], (*ac)[1], reduction, delta);
   check_pair("huber_loss", input, target);
@@ -71,6 +75,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 
 Tensor kl_div(const Tensor& input, const Tensor& target, KLDivReduction reduction,
               bool log_target) {
+  DLTRAIN_OP_SCOPE("kl_div", input, target);
   if (auto ac = amp::detail::autocast_args(amp::Op::kl_div, {&input, &target}))
     return kl_div((*ac)[0], (*ac)[1], reduction, log_target);
   check_pair("kl_div", input, target);
@@ -103,6 +108,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, KLDivReduction reductio
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
                             Reduction reduction) {
+  DLTRAIN_OP_SCOPE("binary_cross_entropy", input, target, weight);
   if (auto ac =
           amp::detail::autocast_args(amp::Op::binary_cross_entropy, {&input, &target, &weight}))
     return binary_cross_entropy((*ac)[0], (*ac)[1], (*ac)[2], reduction);
@@ -133,6 +139,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 
 Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var, bool full,
                          double eps, Reduction reduction) {
+  DLTRAIN_OP_SCOPE("gaussian_nll_loss", input, target, var);
   if (auto ac = amp::detail::autocast_args(amp::Op::gaussian_nll_loss, {&input, &target, &var}))
     return gaussian_nll_loss((*ac)[0], (*ac)[1], (*ac)[2], full, eps, reduction);
   const char* op = "gaussian_nll_loss";

@@ -32,6 +32,7 @@
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cuda/dnn.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -310,6 +311,7 @@ Tensor layer_norm_cuda(const Tensor& x, const Shape& normalized_shape, const Ten
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
+  DLTRAIN_OP_SCOPE("batch_norm", x, weight, bias, running_mean, running_var);
   const char* op = "batch_norm";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &weight, &bias, &running_mean, &running_var});
@@ -454,6 +456,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  DLTRAIN_OP_SCOPE("layer_norm", x, weight, bias);
   if (auto ac = amp::detail::autocast_args(amp::Op::layer_norm, {&x, &weight, &bias}))
     return layer_norm((*ac)[0], normalized_shape, (*ac)[1], (*ac)[2], eps);
   const char* op = "layer_norm";

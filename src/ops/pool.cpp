@@ -33,6 +33,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cuda/dnn.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -553,6 +554,7 @@ bool windows_inside_padding(const PoolShape& s) {
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
                                                   std::optional<Int2> stride, Int2 padding,
                                                   Int2 dilation, bool ceil_mode) {
+  DLTRAIN_OP_SCOPE("max_pool2d_with_indices", x);
   if (x.defined() && x.dim() == 3) {
     auto [y, i] =
         max_pool2d_with_indices(x.unsqueeze(0), kernel, stride, padding, dilation, ceil_mode);
@@ -589,6 +591,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
                   Int2 dilation, bool ceil_mode) {
+  DLTRAIN_OP_SCOPE("max_pool2d", x);
   if (!x.defined() || x.dim() != 4)
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
   const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
@@ -626,6 +629,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
 
 Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
                   bool ceil_mode, bool count_include_pad) {
+  DLTRAIN_OP_SCOPE("avg_pool2d", x);
   if (x.defined() && x.dim() == 3)
     return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad)
         .squeeze(0);
@@ -654,6 +658,7 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+  DLTRAIN_OP_SCOPE("adaptive_avg_pool2d", x);
   if (x.defined() && x.dim() == 3)
     return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
   check_input("adaptive_avg_pool2d", x);

@@ -11,11 +11,13 @@
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
 #include "src/backend/cuda/scan.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
 
 Tensor repeat(const Tensor& x, const Shape& repeats) {
+  DLTRAIN_OP_SCOPE("repeat", x);
   const char* op = "repeat";
   detail::check_defined(op, x, "input");
   const int64_t n = static_cast<int64_t>(repeats.size());
@@ -35,6 +37,7 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
 }
 
 Tensor flip(const Tensor& x, const Shape& dims) {
+  DLTRAIN_OP_SCOPE("flip", x);
   const char* op = "flip";
   detail::check_defined(op, x, "input");
   Tensor r = x;
@@ -52,6 +55,7 @@ Tensor flip(const Tensor& x, const Shape& dims) {
 }
 
 Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims) {
+  DLTRAIN_OP_SCOPE("roll", x);
   const char* op = "roll";
   detail::check_defined(op, x, "input");
   if (dims.empty()) {
@@ -95,6 +99,7 @@ Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", x, diag
 Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", x, diagonal, false); }
 
 Tensor nonzero(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("nonzero", x);
   const char* op = "nonzero";
   detail::check_defined(op, x, "input");
   const int64_t nd = x.dim();

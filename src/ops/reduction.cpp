@@ -17,6 +17,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cuda/reduce.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -151,6 +152,7 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  DLTRAIN_OP_SCOPE("sum", x);
   detail::check_defined("sum", x, "input");
   if (auto ac = amp::detail::autocast_args(amp::Op::sum, {&x})) return sum((*ac)[0], dims, keepdim);
   return sum_impl(x, dims, keepdim);
@@ -159,6 +161,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  DLTRAIN_OP_SCOPE("mean", x);
   detail::check_defined("mean", x, "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
   const ReducePlan p = plan(xf, dims, keepdim, "mean");
@@ -168,6 +171,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+  DLTRAIN_OP_SCOPE("var", x);
   Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
   const ReducePlan p = plan(xf, dims, keepdim, "var");
   Tensor centered = sub(xf, mean(xf, dims, true));
@@ -277,6 +281,7 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
+  DLTRAIN_OP_SCOPE("sum_to", x);
   if (x.shape() == shape) return x;
   const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
   DLTRAIN_CHECK(lead >= 0, "sum_to: cannot reduce shape ", shape_str(x.shape()), " to ",

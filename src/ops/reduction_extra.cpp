@@ -19,6 +19,7 @@
 #include "dltrain/ops/reduction.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cuda/scan.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -131,6 +132,7 @@ Shape reduced_shape(const Tensor& x, const Shape& dims, const char* op) {
 }  // namespace
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
+  DLTRAIN_OP_SCOPE("cumsum", x);
   const char* op = "cumsum";
   detail::check_defined(op, x, "input");
   if (x.dim() == 0) return cumsum(x.reshape({1}), 0).reshape({});
@@ -145,6 +147,7 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
 }
 
 Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
+  DLTRAIN_OP_SCOPE("prod", x);
   const char* op = "prod";
   detail::check_defined(op, x, "input");
   if (x.dim() == 0) return prod(x.reshape({1}), 0, false).reshape({});
@@ -163,11 +166,13 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor prod(const Tensor& x) {
+  DLTRAIN_OP_SCOPE("prod", x);
   detail::check_defined("prod", x, "input");
   return prod(x.reshape({-1}), 0, false);
 }
 
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  DLTRAIN_OP_SCOPE("logsumexp", x);
   const char* op = "logsumexp";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": input must be floating-point but has dtype ",
@@ -180,6 +185,7 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  DLTRAIN_OP_SCOPE("norm", x);
   const char* op = "norm";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": input must be floating-point but has dtype ",
@@ -232,11 +238,13 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
 }
 
 Tensor any(const Tensor& x, const Shape& dims, bool keepdim) {
+  DLTRAIN_OP_SCOPE("any", x);
   detail::check_defined("any", x, "input");
   return gt(sum(ne(x.detach(), 0.0), dims, keepdim), 0.0);
 }
 
 Tensor all(const Tensor& x, const Shape& dims, bool keepdim) {
+  DLTRAIN_OP_SCOPE("all", x);
   detail::check_defined("all", x, "input");
   return eq(sum(eq(x.detach(), 0.0), dims, keepdim), 0.0);
 }

@@ -24,6 +24,7 @@
 #include "dltrain/ops/indexing.hpp"
 #include "dltrain/ops/shape.hpp"
 #include "src/backend/cuda/resample.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 #include "src/ops/resample_index.hpp"
 
@@ -349,6 +350,7 @@ Tensor pad_fused(const Tensor& x, const std::vector<int64_t>& amounts, bool refl
 }  // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
+  DLTRAIN_OP_SCOPE("interpolate", x);
   const char* op = "interpolate";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(x.dim() == 4, "interpolate: expected a 4-d input [N, C, H, W] but got shape ",
@@ -407,6 +409,7 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
 }
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double value) {
+  DLTRAIN_OP_SCOPE("pad", x);
   const char* op = "pad";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(p.size() % 2 == 0 && static_cast<int64_t>(p.size() / 2) <= x.dim(),
@@ -462,6 +465,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double 
 }
 
 Tensor pixel_shuffle(const Tensor& x, int64_t r) {
+  DLTRAIN_OP_SCOPE("pixel_shuffle", x);
   detail::check_defined("pixel_shuffle", x, "input");
   DLTRAIN_CHECK(x.dim() >= 3, "pixel_shuffle: expected at least 3 dims [*, C, H, W] but got ",
                 shape_str(x.shape()));
@@ -481,6 +485,7 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r) {
 }
 
 Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
+  DLTRAIN_OP_SCOPE("pixel_unshuffle", x);
   detail::check_defined("pixel_unshuffle", x, "input");
   DLTRAIN_CHECK(x.dim() >= 3, "pixel_unshuffle: expected at least 3 dims [*, C, H, W] but got ",
                 shape_str(x.shape()));

@@ -19,6 +19,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/indexing.hpp"
 #include "src/backend/cuda/indexing.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 #include "src/ops/index_util.hpp"
 
@@ -132,6 +133,7 @@ Tensor pad_to(const Tensor& gs, const Shape& sshape) {
 
 Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                       ScatterReduce reduce, bool include_self) {
+  DLTRAIN_OP_SCOPE("scatter_reduce", x, index, src);
   const char* op = "scatter_reduce";
   detail::check_defined(op, x, "input");
   detail::check_defined(op, src, "src");
@@ -232,6 +234,7 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
 }
 
 Tensor segment_max(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
+  DLTRAIN_OP_SCOPE("segment_max", src, segment_ids);
   const char* op = "segment_max";
   detail::check_defined(op, src, "src");
   detail::check_same_device(op, {&src, &segment_ids});
@@ -283,6 +286,7 @@ Tensor segment_max(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
 }
 
 Tensor segment_softmax(const Tensor& src, const Tensor& segment_ids, int64_t num_segments) {
+  DLTRAIN_OP_SCOPE("segment_softmax", src, segment_ids);
   const char* op = "segment_softmax";
   detail::check_defined(op, src, "src");
   DLTRAIN_CHECK(is_floating(src.dtype()), op, ": src must be floating-point but has dtype ",

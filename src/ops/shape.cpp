@@ -13,6 +13,7 @@
 #include "dltrain/ops/shape.hpp"
 #include "src/amp/dispatch.hpp"
 #include "src/core/layout.hpp"
+#include "src/core/trace.hpp"
 
 namespace dltrain {
 
@@ -78,6 +79,7 @@ void record_reshape_back(const char* name, const Tensor& in, const Tensor& out) 
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape) const {
+  DLTRAIN_OP_SCOPE("view", *this);
   checked();
   const Shape ns = infer_shape(shape, numel(), "view", this->shape());
   auto st = view_strides(this->shape(), strides(), ns);
@@ -91,6 +93,7 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
+  DLTRAIN_OP_SCOPE("reshape", *this);
   checked();
   const Shape ns = infer_shape(shape, numel(), "reshape", this->shape());
   if (view_strides(this->shape(), strides(), ns)) return view(ns);
@@ -98,6 +101,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
+  DLTRAIN_OP_SCOPE("permute", *this);
   checked();
   const int64_t n = dim();
   DLTRAIN_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: got ", dims.size(),
@@ -120,6 +124,7 @@ Tensor Tensor::permute(const Shape& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  DLTRAIN_OP_SCOPE("transpose", *this);
   const int64_t n = dim();
   Shape p(n);
   std::iota(p.begin(), p.end(), 0);
@@ -129,12 +134,14 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::t() const {
+  DLTRAIN_OP_SCOPE("t", *this);
   DLTRAIN_CHECK(dim() <= 2, "t(): expects a tensor with <= 2 dimensions but got shape ",
                 shape_str(shape()), "; use transpose(d0, d1)");
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  DLTRAIN_OP_SCOPE("slice", *this);
   checked();
   d = wrap_dim(d, dim(), "slice");
   DLTRAIN_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -158,6 +165,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  DLTRAIN_OP_SCOPE("narrow", *this);
   d = wrap_dim(d, dim(), "narrow");
   const int64_t n = shape()[d];
   if (start < 0) start += n;
@@ -167,6 +175,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  DLTRAIN_OP_SCOPE("select", *this);
   d = wrap_dim(d, dim(), "select");
   const int64_t n = shape()[d];
   DLTRAIN_CHECK(index >= -n && index < n, "select: index ", index,
@@ -176,6 +185,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
+  DLTRAIN_OP_SCOPE("expand", *this);
   checked();
   const int64_t n = static_cast<int64_t>(shape.size()), m = dim();
   DLTRAIN_CHECK(n >= m, "expand: target ", shape_str(shape),
@@ -201,6 +211,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 }
 
 Tensor Tensor::squeeze() const {
+  DLTRAIN_OP_SCOPE("squeeze", *this);
   Shape ns;
   for (int64_t s : shape())
     if (s != 1) ns.push_back(s);
@@ -208,6 +219,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  DLTRAIN_OP_SCOPE("squeeze", *this);
   if (dim() == 0) return *this;
   d = wrap_dim(d, dim(), "squeeze");
   if (shape()[d] != 1) return *this;
@@ -220,6 +232,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  DLTRAIN_OP_SCOPE("unsqueeze", *this);
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape ns = shape(), nst = strides();
   const int64_t st = d < dim() ? shape()[d] * strides()[d] : 1;
@@ -231,6 +244,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  DLTRAIN_OP_SCOPE("flatten", *this);
   if (dim() == 0) return reshape({1});
   start_dim = wrap_dim(start_dim, dim(), "flatten");
   end_dim = wrap_dim(end_dim, dim(), "flatten");
@@ -247,6 +261,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 // --- cat / stack / split / chunk --------------------------------------------------
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  DLTRAIN_OP_SCOPE("cat");
   if (auto ac = amp::detail::autocast_args(amp::Op::cat, tensors)) return cat(ac->args(), dim);
   DLTRAIN_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
@@ -295,6 +310,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  DLTRAIN_OP_SCOPE("stack");
   if (auto ac = amp::detail::autocast_args(amp::Op::stack, tensors)) return stack(ac->args(), dim);
   DLTRAIN_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
@@ -309,6 +325,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  DLTRAIN_OP_SCOPE("split", x);
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -327,6 +344,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  DLTRAIN_OP_SCOPE("split", x);
   DLTRAIN_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
   dim = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.shape()[dim];
@@ -337,6 +355,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  DLTRAIN_OP_SCOPE("chunk", x);
   DLTRAIN_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   dim = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.shape()[dim];

@@ -16,6 +16,7 @@
 #include "dltrain/ops/indexing.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cuda/scan.hpp"
+#include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
 
 namespace dltrain {
@@ -79,6 +80,7 @@ Tensor sort_indices(const Tensor& x, int64_t d, bool descending, int64_t k = -1)
 }  // namespace
 
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
+  DLTRAIN_OP_SCOPE("sort", x);
   const char* op = "sort";
   detail::check_defined(op, x, "input");
   if (x.dim() == 0) {
@@ -91,6 +93,7 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  DLTRAIN_OP_SCOPE("argsort", x);
   const char* op = "argsort";
   detail::check_defined(op, x, "input");
   if (x.dim() == 0) return zeros({}, TensorOptions(DType::i64).with_device(x.device()));
@@ -98,6 +101,7 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
 }
 
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  DLTRAIN_OP_SCOPE("topk", x);
   const char* op = "topk";
   detail::check_defined(op, x, "input");
   if (x.dim() == 0) {

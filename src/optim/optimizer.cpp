@@ -9,6 +9,7 @@
 #include "common.hpp"
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/error.hpp"
+#include "src/core/trace.hpp"
 
 namespace dltrain::optim {
 
@@ -154,6 +155,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 void Optimizer::step() {
+  dltrain::detail::OpScope scope(dltrain::detail::TraceKind::Optimizer, name(), ".step");
   autograd::NoGradGuard no_grad;
   // Every parameter is checked before any is updated, so a bad one changes nothing.
   struct Work {

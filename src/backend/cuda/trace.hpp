@@ -1,0 +1,28 @@
+// The CUDA side of op tracing (internal header, no CUDA types): NVTX ranges so Nsight Systems
+// shows op names, and CUDA events around each traced scope so train::Profiler can report GPU
+// time per op. Implemented in trace.cpp on CUDA builds; stub_trace.cpp makes every call a no-op
+// (usable() false) without CUDA. Marks are pooled events, recorded on the calling thread's
+// current stream of the current device.
+#pragma once
+
+namespace dltrain::backend::cuda::trace {
+
+/// An event recorded on a stream (opaque); null when recording failed.
+using Mark = void*;
+
+/// True when this build has CUDA and a device is visible: the other calls do something.
+bool usable();
+/// The current device (0 when none).
+int current_device();
+/// Pushes / pops an NVTX range on this thread.
+void range_push(const char* name);
+void range_pop();
+/// Records a pooled event on the current stream of the current device.
+Mark mark();
+/// GPU milliseconds from `from` to `to`, waiting for `to`; negative when they cannot be
+/// compared (recorded on different devices, or an error).
+double elapsed_ms(Mark from, Mark to);
+/// Returns a mark's event to the pool.
+void recycle(Mark m);
+
+}  // namespace dltrain::backend::cuda::trace
