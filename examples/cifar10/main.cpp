@@ -9,6 +9,7 @@
 //           [--wd 5e-4] [--mom 0.9] [--label-smoothing 0.1] [--channels-last] [--seed 0]
 //           [--threads N] [--test] [--test-nsteps 50] [--json PATH]
 //           [--amp [--amp-dtype f16|bf16]]
+//           [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,7 @@ struct Args {
   uint64_t seed = 0;
   int threads = 0;
   PrecisionFlags prec;
+  ProfileFlags prof;
 };
 
 // Parses the flags into an Args (exits with the usage line on a bad one).
@@ -45,15 +47,18 @@ Args parse(int argc, char** argv) {
           "--data DIR [--arch resnet18] [--batch-size N] [--epochs N] [--lr X] "
           "[--wd X] [--mom X] [--label-smoothing X] [--channels-last] [--seed N] "
           "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--amp] "
-          "[--amp-dtype f16|bf16]");
+          "[--amp-dtype f16|bf16] [--profile FILE.json [--profile-steps N] [--profile-warmup N] "
+          "[--profile-shapes]]");
   f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
   f.add("--epochs", &a.epochs).add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom);
   f.add("--label-smoothing", &a.label_smoothing).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
   f.add_switch("--test", &a.test);
   a.prec.add_to(f);
+  a.prof.add_to(f);
   f.parse(argc, argv);
   a.prec.check(f);
+  a.prof.check(f);
   if (a.data.empty()) f.fail("--data DIR is required (the CIFAR-10 binary version)");
   if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
     f.fail("--batch-size, --epochs and --test-nsteps must be positive");
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
          << ", \"epochs\": [";
     }
     int64_t step = 0;
+    StepProfiler profiler(a.prof, true);  // --profile: a few steps after warm-up
     for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
@@ -151,6 +157,7 @@ int main(int argc, char** argv) {
       int64_t seen = 0, nb = 0;
       auto t0 = Clock::now();
       for (const data::Batch& b : train_loader) {
+        profiler.begin_step();
         Tensor x = augment(b.data, aug_gen).contiguous(fmt);
         Tensor loss;
         {
@@ -164,6 +171,7 @@ int main(int argc, char** argv) {
         sched.step();
         scale_log(scaler, step);
         loss_sum += loss.item<double>();
+        profiler.end_step();
         seen += b.size();
         ++nb;
         if (++step >= total) break;
@@ -175,6 +183,7 @@ int main(int argc, char** argv) {
         }
       }
       double train_time = seconds(t0, Clock::now());
+      profiler.finish();  // a window cut short by the end of the epoch or the run
       model->eval();
       int64_t correct = 0, count = 0;
       double test_loss = 0;

@@ -30,6 +30,7 @@
 #include "dltrain/optim/optimizer.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/train/preemption.hpp"
+#include "dltrain/train/profiler.hpp"
 
 namespace dltrain::examples {
 
@@ -266,5 +267,71 @@ class CheckpointFile {
   std::map<std::string, std::string> metadata_;
   std::optional<train::PreemptionHandler> preempt_;
 };
+
+/// The course's profiler flags: `--profile FILE.json` profiles `--profile-steps N` (5) training
+/// steps after `--profile-warmup N` (2) steps of this run, then writes the Chrome trace to FILE
+/// and prints the ops table; `--profile-shapes` records input shapes.
+struct ProfileFlags {
+  std::string path;
+  int64_t steps = 5;
+  int64_t warmup = 2;
+  bool shapes = false;
+  void add_to(Flags& f) {
+    f.add("--profile", &path).add("--profile-steps", &steps).add("--profile-warmup", &warmup);
+    f.add_switch("--profile-shapes", &shapes);
+  }
+  /// Checks the values (after Flags::parse); exits with the usage line on a bad one.
+  void check(const Flags& f) const {
+    if (steps <= 0) f.fail("--profile-steps must be positive");
+    if (warmup < 0) f.fail("--profile-warmup must be >= 0");
+    if (!path.empty() && !path.ends_with(".json"))
+      f.fail("--profile takes a FILE.json for the Chrome trace (got '" + path + "')");
+  }
+};
+
+/// Runs train::Profiler over a window of training steps (rank 0 only): call begin_step() before
+/// and end_step() after each step; the trace is written and the table printed when the window
+/// closes, or at finish() when the run ends inside it.
+class StepProfiler {
+ public:
+  StepProfiler(const ProfileFlags& flags, bool main_process)
+      : flags_(flags), on_(!flags.path.empty() && main_process) {}
+  void begin_step() {
+    if (on_ && !prof_ && !written_ && seen_ == flags_.warmup)
+      prof_.emplace(train::ProfilerOptions{.record_shapes = flags_.shapes});
+  }
+  void end_step() {
+    ++seen_;
+    if (prof_ && seen_ == flags_.warmup + flags_.steps) finish();
+  }
+  /// Writes the trace and prints the table if the profiler ran.
+  void finish() {
+    if (!prof_) return;
+    prof_->stop();
+    const int64_t n = seen_ - flags_.warmup;
+    std::printf("profile: %lld training steps after %lld warm-up steps\n%s",
+                static_cast<long long>(n), static_cast<long long>(flags_.warmup),
+                prof_->table(15).c_str());
+    prof_->write_chrome_trace(flags_.path);
+    std::printf("profile: wrote %s (open it in https://ui.perfetto.dev or chrome://tracing)\n",
+                flags_.path.c_str());
+    prof_.reset();
+    written_ = true;
+  }
+
+ private:
+  ProfileFlags flags_;
+  bool on_;
+  int64_t seen_ = 0;
+  bool written_ = false;
+  std::optional<train::Profiler> prof_;
+};
+
+/// Where the metrics file is and how to plot it (one line per file).
+inline void print_metrics_hint(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths)
+    if (path.find("tfevents") == std::string::npos)  // not TensorBoard's
+      std::printf("plot: tools/dltrain-plot %s\n", path.c_str());
+}
 
 }  // namespace dltrain::examples

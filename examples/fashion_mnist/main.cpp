@@ -9,6 +9,7 @@
 //                 [--num-workers N] [--prefetch-factor N] [--pin-memory] [--non-blocking]
 //                 [--persistent-workers] [--amp [--amp-dtype f16|bf16]] [--channels-last]
 //                 [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
+//                 [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 // Data parallel: run it under `mpirun -np N` or `srun` and each rank trains on its share of
 // the data (DistributedSampler) with --batch-size per rank (global batch = N x batch size),
 // gradients averaged by DistributedDataParallel; rank 0 prints and writes checkpoints and the
@@ -22,6 +23,8 @@
 // --metrics and --tensorboard log the loss and learning rate of every step and the test figures
 // of every epoch (train::MetricsWriter; a resumed run appends to the CSV / JSON lines file);
 // progress lines come from train::Progress and the timing table from train::Chronometer.
+// --profile runs train::Profiler over a few steps after warm-up, writes the Chrome trace and
+// prints the ops table; tools/dltrain-plot draws the --metrics file.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -74,6 +77,7 @@ struct Args {
   bool persistent_workers = false;
   bool sync_bn = false;
   PrecisionFlags prec;
+  ProfileFlags prof;
 };
 
 // Parses the flags into an Args (exits with the usage line on a bad one).
@@ -84,7 +88,8 @@ Args parse(int argc, char** argv) {
           "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
           "[--resume]] [--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] "
           "[--pin-memory] [--non-blocking] [--persistent-workers] [--amp] [--amp-dtype f16|bf16] "
-          "[--channels-last] [--sync-bn] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]");
+          "[--channels-last] [--sync-bn] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] "
+          "[--profile FILE.json [--profile-steps N] [--profile-warmup N] [--profile-shapes]]");
   f.add("--data", &a.data).add("--batch-size", &a.batch_size).add("--epochs", &a.epochs);
   f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
@@ -95,8 +100,10 @@ Args parse(int argc, char** argv) {
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
   f.add_switch("--persistent-workers", &a.persistent_workers).add_switch("--sync-bn", &a.sync_bn);
   a.prec.add_to(f);
+  a.prof.add_to(f);
   f.parse(argc, argv);
   a.prec.check(f);
+  a.prof.check(f);
   if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
     f.fail("--batch-size, --epochs and --test-nsteps must be positive");
   try {
@@ -232,6 +239,8 @@ int main(int argc, char** argv) {
         args.test ? std::min(args.test_nsteps, steps_per_epoch) : steps_per_epoch;
     train::Progress progress(
         {.total_steps = progress_total, .every = args.test ? 10 : 0, .label = "  train"});
+    // --profile: a few training steps after warm-up, rank 0 only.
+    StepProfiler profiler(args.prof, distributed::is_main_process());
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
@@ -243,26 +252,36 @@ int main(int argc, char** argv) {
       auto t_epoch = Clock::now();
       progress.begin(epoch + 1);
       chrono.begin_step();
+      profiler.begin_step();
       for (const data::Batch& hb : train_loader) {
         const data::Batch b{hb.data.to(device, args.non_blocking).contiguous(fmt),
                             hb.target.to(device, args.non_blocking)};
         chrono.lap(train::Phase::Data);
         Tensor loss;
         {
+          const train::ProfileRange range("forward");
           const amp::autocast ac = args.prec.region(device);
           loss = criterion(ddp(b.data), b.target);
         }
         chrono.lap(train::Phase::Forward);
-        opt.zero_grad();
-        scaler.scale(loss).backward();
+        {
+          const train::ProfileRange range("backward");
+          opt.zero_grad();
+          scaler.scale(loss).backward();
+        }
         chrono.lap(train::Phase::Backward);
-        scaler.step(opt);
-        scaler.update();
-        sched.step();
-        scale_log(scaler, step);
-        double l = loss.item<double>();
+        double l = 0;
+        {
+          const train::ProfileRange range("optimizer");
+          scaler.step(opt);
+          scaler.update();
+          sched.step();
+          scale_log(scaler, step);
+          l = loss.item<double>();
+        }
         chrono.lap(train::Phase::Optimizer);
         chrono.end_step(b.size());
+        profiler.end_step();
         loss_sum += l;
         seen += b.size();
         ++nb;
@@ -281,8 +300,10 @@ int main(int argc, char** argv) {
           break;
         }
         chrono.begin_step();
+        profiler.begin_step();
       }
       progress.end();
+      profiler.finish();  // a window cut short by the end of the run or a preemption
       if (preempted) break;
       double train_time = seconds(t_epoch, Clock::now());
       // Global figures: images and losses summed over the ranks, the slowest rank's time.
@@ -360,6 +381,7 @@ int main(int argc, char** argv) {
           {{"test/acc", reports.back().test_acc}, {"test/loss", reports.back().test_loss}});
     metrics.flush();
     for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
+    print_metrics_hint(metrics.paths());
 
     if (!args.json.empty() && distributed::is_main_process()) {
       std::ofstream js(args.json);

@@ -16,6 +16,7 @@
 //            [--pin-memory] [--non-blocking] [--prefetch-factor 2] [--no-drop-last]
 //            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
 //            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
+//            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
 // With --checkpoint, the state is saved at each epoch end (and every N steps with
 // --checkpoint-every), and SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel)
@@ -70,6 +71,7 @@ struct Args {
   bool drop_last = true;
   std::string device = "cpu";
   PrecisionFlags prec;
+  ProfileFlags prof;
   int threads = 0;
   std::string json;
   std::string checkpoint;
@@ -85,7 +87,8 @@ Flags make_flags(Args& a) {
       "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
       "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
       "[--amp] [--amp-dtype f16|bf16] [--threads N] [--json PATH] [--checkpoint PATH [--resume] "
-      "[--checkpoint-every N]]");
+      "[--checkpoint-every N]] [--profile FILE.json [--profile-steps N] [--profile-warmup N] "
+      "[--profile-shapes]]");
   f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
   f.add("--epochs", &a.epochs).add("--image-size", &a.image_size).add("--lr", &a.lr);
   f.add("--wd", &a.wd).add("--mom", &a.mom).add("--label-smoothing", &a.label_smoothing);
@@ -98,6 +101,7 @@ Flags make_flags(Args& a) {
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
   f.add_switch("--no-drop-last", &a.drop_last, false).add_switch("--drop-last", &a.drop_last);
   a.prec.add_to(f);
+  a.prof.add_to(f);
   return f;
 }
 
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
   const Flags flags = make_flags(args);
   flags.parse(argc, argv);
   args.prec.check(flags);
+  args.prof.check(flags);
   if (args.data.empty())
     flags.fail("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
   if (args.batch_size <= 0 || args.epochs <= 0 || args.test_nsteps <= 0 || args.image_size <= 0)
@@ -243,6 +248,8 @@ int main(int argc, char** argv) {
     }
     auto save = [&](int64_t epoch, int64_t batch) { ckpt.save(epoch, step, batch); };
     bool preempted = false;
+    // --profile: a few training steps after warm-up, rank 0 only.
+    StepProfiler profiler(args.prof, distributed::is_main_process());
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
@@ -255,6 +262,7 @@ int main(int argc, char** argv) {
       const auto t_epoch = mark();
       auto t0 = t_epoch;
       for_each_batch(train_loader, [&](const Tensor& x, const Tensor& y) {
+        profiler.begin_step();
         const auto t1 = mark();
         Tensor loss;
         {
@@ -272,6 +280,7 @@ int main(int argc, char** argv) {
         t_data.push_back(seconds(t0, t1));
         t_fwd.push_back(seconds(t1, t2));
         t_bwd.push_back(seconds(t2, t3));
+        profiler.end_step();
         seen += x.size(0);
         ++nb;
         ++step;
@@ -299,6 +308,7 @@ int main(int argc, char** argv) {
         t0 = mark();
         return true;
       });
+      profiler.finish();  // a window cut short by the end of the epoch or the run
       if (preempted) break;
       double train_time = seconds(t_epoch, mark());
       double train_loss = nb ? loss_sum.item<double>() / static_cast<double>(nb) : 0.0;
