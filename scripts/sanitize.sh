@@ -2,9 +2,8 @@
 # The sanitizer part of CI (scripts/test.sh runs it after the main build):
 #   asan: the CPU library and its tests built with clang + AddressSanitizer +
 #         UndefinedBehaviorSanitizer (and libFuzzer's coverage instrumentation), every test
-#         binary run, then the libFuzzer targets (tests/fuzz/, ctest label fuzz; fuzz_packed is
-#         manual, see tests/fuzz/CMakeLists.txt) for FUZZ_SECONDS each on their committed seed
-#         corpus;
+#         binary run, then the libFuzzer targets (tests/fuzz/, ctest label fuzz) for
+#         FUZZ_SECONDS each on their committed seed corpus;
 #   tsan: ThreadSanitizer on the threaded code: the data loader (worker threads, persistent
 #         workers, the prefetcher's CPU path) and the thread pool (test_data, test_core).
 # Usage: scripts/sanitize.sh [asan] [tsan]   (default: both)
@@ -55,12 +54,12 @@ for w in "${what[@]}"; do
         -DDLTRAIN_SANITIZE=address,undefined -DDLTRAIN_FUZZ=ON \
         -DDLTRAIN_FUZZ_SECONDS="${FUZZ_SECONDS:-30}" > /dev/null
       targets=("${asan_tests[@]}")
-      for f in idx jpeg safetensors pth checkpoint; do targets+=("fuzz_$f"); done
+      for f in idx jpeg safetensors pth checkpoint packed; do targets+=("fuzz_$f"); done
       cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
       export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
       export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
       run_tests "$dir" "${asan_tests[@]}"
-      (cd "$dir" && ctest -L '^fuzz$' -j "$jobs" --output-on-failure)  # not fuzz_manual
+      (cd "$dir" && ctest -L '^fuzz$' -j "$jobs" --output-on-failure)
       ;;
     tsan)
       dir=${TSAN_BUILD_DIR:-build-tsan}
