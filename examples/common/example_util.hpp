@@ -31,6 +31,7 @@
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/profiler.hpp"
+#include "dltrain/train/resume.hpp"
 
 namespace dltrain::examples {
 
@@ -204,50 +205,79 @@ class ScaleLog {
   double last_ = 0;
 };
 
+/// `--resume-lr-scaling keep|linear|sqrt`: what the learning rate does when a run resumes a
+/// checkpoint written with another global batch (other ranks or per-rank batch).
+inline train::LRScaling parse_lr_scaling(const Flags& f, const std::string& v) {
+  if (v == "keep") return train::LRScaling::Keep;
+  if (v == "linear") return train::LRScaling::Linear;
+  if (v == "sqrt") return train::LRScaling::Sqrt;
+  f.fail("bad value for --resume-lr-scaling: '" + v + "' (keep, linear or sqrt)");
+}
+
 /// The --checkpoint file of an example: resumes from it (--resume), saves to it (rank 0 writes,
 /// every rank waits until the file is complete), and stops for a requeue when Slurm signals
 /// the wall time (`--signal=USR1@T`) or a preemption or scancel (SIGTERM). The signal handler
 /// exists only with a file (without one there is nothing to resume from, and the signals keep
 /// their default action). An empty path makes every call a no-op.
+///
+/// The data position is saved in samples of the epoch over all ranks, with the run's global
+/// batch (per-rank batch x ranks), so a job resumes on any number of ranks or with another
+/// per-rank batch: the rest of the same epoch order, each sample once, and the learning rate
+/// scaled as `lr_scaling` says (train::resume_data_position).
 class CheckpointFile {
  public:
   CheckpointFile(std::string path, nn::Module& model, optim::Optimizer& opt,
                  optim::LRScheduler& sched, amp::GradScaler& scaler,
-                 std::map<std::string, std::string> metadata)
+                 std::map<std::string, std::string> metadata, int64_t global_batch,
+                 train::LRScaling lr_scaling = train::LRScaling::Keep)
       : path_(std::move(path)),
         model_(model),
         opt_(opt),
         sched_(sched),
         scaler_(scaler),
-        metadata_(std::move(metadata)) {
+        metadata_(std::move(metadata)),
+        global_batch_(global_batch),
+        lr_scaling_(lr_scaling) {
     if (!path_.empty()) preempt_.emplace();
   }
-  /// With `asked` and an existing file: loads everything and prints where training resumes;
-  /// otherwise the progress of a fresh start.
-  io::TrainingProgress resume(bool asked) {
-    if (!asked || path_.empty() || !std::ifstream(path_).good()) return {};
+  /// With `asked` and an existing file: loads everything, prints where training resumes and
+  /// (when the global batch changed) what changed; otherwise the position of a fresh start.
+  /// Pass the position to the loader: set_epoch(p.epoch), then set_start_sample(
+  /// p.samples_in_epoch).
+  train::ResumePosition resume(bool asked) {
+    train::ResumePosition r;
+    r.saved_global_batch = r.global_batch = global_batch_;
+    if (!asked || path_.empty() || !std::ifstream(path_).good()) return r;
     const io::TrainingProgress p = io::load_checkpoint(path_, model_, &opt_, &sched_, &scaler_);
-    std::printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", path_.c_str(),
-                static_cast<long long>(p.epoch + 1), static_cast<long long>(p.batch_in_epoch),
-                static_cast<long long>(p.step));
-    return p;
+    r = train::resume_data_position(p, global_batch_, &opt_, &sched_, {.lr_scaling = lr_scaling_});
+    std::printf("resumed from %s: epoch %lld, sample %lld, step %lld\n", path_.c_str(),
+                static_cast<long long>(r.epoch + 1), static_cast<long long>(r.samples_in_epoch),
+                static_cast<long long>(r.step));
+    return r;
   }
-  /// Saves the state at `step`, `batch` batches into `epoch` (0-based).
-  void save(int64_t epoch, int64_t step, int64_t batch) {
+  /// Saves the state at `step`, `batch` batches and `samples` samples (over all ranks) into
+  /// `epoch` (0-based).
+  void save(int64_t epoch, int64_t step, int64_t batch, int64_t samples) {
     if (path_.empty()) return;
     if (distributed::is_main_process())
-      io::save_checkpoint(path_, model_, &opt_, &sched_, &scaler_, {epoch, step, batch}, metadata_);
+      io::save_checkpoint(path_, model_, &opt_, &sched_, &scaler_,
+                          {.epoch = epoch,
+                           .step = step,
+                           .batch_in_epoch = batch,
+                           .samples_in_epoch = samples,
+                           .global_batch = global_batch_},
+                          metadata_);
     distributed::barrier();
-    std::printf("checkpoint: %s (epoch %lld, batch %lld, step %lld)\n", path_.c_str(),
-                static_cast<long long>(epoch + 1), static_cast<long long>(batch),
+    std::printf("checkpoint: %s (epoch %lld, sample %lld, step %lld)\n", path_.c_str(),
+                static_cast<long long>(epoch + 1), static_cast<long long>(samples),
                 static_cast<long long>(step));
   }
   /// At a step boundary, on every rank (collective with several ranks): when a preemption
   /// signal reached any rank, saves the state and returns true; the program then exits with
   /// train::kExitRequeue, which the job files in examples/resnet50/slurm/ turn into a requeue.
-  bool stop_for_requeue(int64_t epoch, int64_t step, int64_t batch) {
+  bool stop_for_requeue(int64_t epoch, int64_t step, int64_t batch, int64_t samples) {
     if (!preempt_ || !preempt_->requested()) return false;
-    save(epoch, step, batch);
+    save(epoch, step, batch, samples);
     const int sig = preempt_->signal() ? preempt_->signal() : SIGTERM;  // another rank's
     std::printf(
         "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d so "
@@ -257,6 +287,7 @@ class CheckpointFile {
     std::fflush(stdout);
     return true;
   }
+  int64_t global_batch() const { return global_batch_; }
 
  private:
   std::string path_;
@@ -265,6 +296,8 @@ class CheckpointFile {
   optim::LRScheduler& sched_;
   amp::GradScaler& scaler_;
   std::map<std::string, std::string> metadata_;
+  int64_t global_batch_;
+  train::LRScaling lr_scaling_;
   std::optional<train::PreemptionHandler> preempt_;
 };
 

@@ -69,6 +69,7 @@ struct Args {
   std::string tensorboard;
   std::string checkpoint;
   bool resume = false;
+  std::string resume_lr_scaling = "keep";
   std::string device = "cpu";
   int64_t num_workers = 0;
   int64_t prefetch_factor = 2;
@@ -78,6 +79,7 @@ struct Args {
   bool sync_bn = false;
   PrecisionFlags prec;
   ProfileFlags prof;
+  train::LRScaling lr_scaling = train::LRScaling::Keep;
 };
 
 // Parses the flags into an Args (exits with the usage line on a bad one).
@@ -86,7 +88,8 @@ Args parse(int argc, char** argv) {
   Flags f("fashion_mnist",
           "[--data DIR] [--batch-size N] [--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] "
           "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
-          "[--resume]] [--device cpu|cuda[:N]] [--num-workers N] [--prefetch-factor N] "
+          "[--resume] [--resume-lr-scaling keep|linear|sqrt]] [--device cpu|cuda[:N]] "
+          "[--num-workers N] [--prefetch-factor N] "
           "[--pin-memory] [--non-blocking] [--persistent-workers] [--amp] [--amp-dtype f16|bf16] "
           "[--channels-last] [--sync-bn] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] "
           "[--profile FILE.json [--profile-steps N] [--profile-warmup N] [--profile-shapes]]");
@@ -94,6 +97,7 @@ Args parse(int argc, char** argv) {
   f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
   f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
   f.add("--checkpoint", &a.checkpoint).add("--device", &a.device);
+  f.add("--resume-lr-scaling", &a.resume_lr_scaling);
   f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
   f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
   f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
@@ -104,6 +108,7 @@ Args parse(int argc, char** argv) {
   f.parse(argc, argv);
   a.prec.check(f);
   a.prof.check(f);
+  a.lr_scaling = parse_lr_scaling(f, a.resume_lr_scaling);
   if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
     f.fail("--batch-size, --epochs and --test-nsteps must be positive");
   try {
@@ -174,17 +179,16 @@ int main(int argc, char** argv) {
     lo.persistent_workers = args.persistent_workers;
     data::DataLoaderOptions to;
     to.batch_size = 1000;
-    // Each rank its share of the data; one process keeps the plain shuffled loader.
-    std::shared_ptr<data::Sampler> train_sampler, test_sampler;
-    if (ranks > 1) {
-      lo.shuffle = false;  // the sampler shuffles
-      train_sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world.rank(),
-                                                                 ranks, true, args.seed, true);
+    // Each rank its share of the data. One epoch order over all ranks (the seed's), also for
+    // one process: a checkpoint then resumes on any number of ranks where it stopped.
+    lo.shuffle = false;  // the sampler shuffles
+    auto train_sampler = std::make_shared<data::DistributedSampler>(train_set->size(), world.rank(),
+                                                                    ranks, true, args.seed, true);
+    std::shared_ptr<data::Sampler> test_sampler;
+    if (ranks > 1)
       test_sampler =
           std::make_shared<data::DistributedSampler>(test_set->size(), world.rank(), ranks, false);
-    }
-    data::DataLoader train_loader = train_sampler ? data::DataLoader(train_set, train_sampler, lo)
-                                                  : data::DataLoader(train_set, lo);
+    data::DataLoader train_loader(train_set, train_sampler, lo);
     data::DataLoader test_loader = test_sampler ? data::DataLoader(test_set, test_sampler, to)
                                                 : data::DataLoader(test_set, to);
     if (ranks > 1)
@@ -207,7 +211,8 @@ int main(int argc, char** argv) {
         model->parameters(),
         {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd, .nesterov = true});
     int64_t steps_per_epoch = train_loader.size();
-    int64_t total_steps = args.test ? args.test_nsteps : steps_per_epoch * args.epochs;
+    // --test runs the first --test-nsteps steps of the full run, its schedule included.
+    const int64_t total_steps = steps_per_epoch * args.epochs;
     optim::OneCycleLR sched(opt, args.lr, total_steps);
     nn::CrossEntropyLoss criterion;
     amp::GradScaler scaler(args.prec.scaler_options(device));
@@ -217,16 +222,16 @@ int main(int argc, char** argv) {
     // the GPU work it queued.
     train::Chronometer chrono({.device = device});
     std::vector<EpochReport> reports;
-    int64_t step = 0, start_epoch = 0, start_batch = 0;
     CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
-                        {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}});
-    {
-      const io::TrainingProgress p = ckpt.resume(args.resume);
-      start_epoch = p.epoch;
-      start_batch = p.batch_in_epoch;
-      step = p.step;
-    }
-    auto save = [&](int64_t epoch, int64_t batch) { ckpt.save(epoch, step, batch); };
+                        {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}},
+                        args.batch_size * ranks, args.lr_scaling);
+    const train::ResumePosition start = ckpt.resume(args.resume);
+    int64_t step = start.step;
+    // The data position in samples of the epoch over all ranks (every step a full global
+    // batch: drop_last), so the checkpoint resumes with any world size and per-rank batch.
+    auto samples_after = [&](int64_t first_sample, int64_t batches) {
+      return std::min(train_loader.epoch_samples(), first_sample + batches * ckpt.global_batch());
+    };
     bool preempted = false;
     // --metrics FILE.jsonl writes JSON lines, any other name CSV; rank 0 only.
     const bool jsonl = args.metrics.size() > 6 && args.metrics.ends_with(".jsonl");
@@ -242,11 +247,12 @@ int main(int argc, char** argv) {
     // --profile: a few training steps after warm-up, rank 0 only.
     StepProfiler profiler(args.prof, distributed::is_main_process());
     bool done = args.test && step >= args.test_nsteps;
-    for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
+    for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
-      if (epoch == start_epoch) train_loader.set_start_batch(start_batch);
-      const int64_t first_batch = train_loader.start_batch();
+      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
+      train_loader.set_start_sample(first_sample);
+      const int64_t first_batch = first_sample / ckpt.global_batch();
       double loss_sum = 0;
       int64_t seen = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -290,13 +296,13 @@ int main(int argc, char** argv) {
         progress.update(first_batch + nb, l, lr, b.size());
         metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) {
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb))) {
           preempted = done = true;
           break;
         }
         if (args.test && step >= args.test_nsteps) {
           done = true;
-          save(epoch, first_batch + nb);
+          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
           break;
         }
         chrono.begin_step();
@@ -348,7 +354,7 @@ int main(int argc, char** argv) {
                            {"train/epoch_loss", r.train_loss},
                            {"train/img_per_s", r.throughput}},
                           step);
-      if (!done) save(epoch + 1, 0);
+      if (!done) ckpt.save(epoch + 1, step, 0, 0);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
           "test acc %.2f%%  throughput %.0f img/s\n",

@@ -76,6 +76,7 @@ struct Args {
   std::string json;
   std::string checkpoint;
   bool resume = false;
+  std::string resume_lr_scaling = "keep";
   int64_t checkpoint_every = 0;
 };
 
@@ -87,8 +88,8 @@ Flags make_flags(Args& a) {
       "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
       "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
       "[--amp] [--amp-dtype f16|bf16] [--threads N] [--json PATH] [--checkpoint PATH [--resume] "
-      "[--checkpoint-every N]] [--profile FILE.json [--profile-steps N] [--profile-warmup N] "
-      "[--profile-shapes]]");
+      "[--checkpoint-every N] [--resume-lr-scaling keep|linear|sqrt]] [--profile FILE.json "
+      "[--profile-steps N] [--profile-warmup N] [--profile-shapes]]");
   f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
   f.add("--epochs", &a.epochs).add("--image-size", &a.image_size).add("--lr", &a.lr);
   f.add("--wd", &a.wd).add("--mom", &a.mom).add("--label-smoothing", &a.label_smoothing);
@@ -96,7 +97,7 @@ Flags make_flags(Args& a) {
   f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
   f.add("--device", &a.device).add("--threads", &a.threads).add("--json", &a.json);
   f.add("--checkpoint", &a.checkpoint).add("--checkpoint-every", &a.checkpoint_every);
-  f.add_switch("--resume", &a.resume);
+  f.add_switch("--resume", &a.resume).add("--resume-lr-scaling", &a.resume_lr_scaling);
   f.add_switch("--test", &a.test).add_switch("--persistent-workers", &a.persistent_workers);
   f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
   f.add_switch("--no-drop-last", &a.drop_last, false).add_switch("--drop-last", &a.drop_last);
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
   flags.parse(argc, argv);
   args.prec.check(flags);
   args.prof.check(flags);
+  const train::LRScaling lr_scaling = parse_lr_scaling(flags, args.resume_lr_scaling);
   if (args.data.empty())
     flags.fail("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
   if (args.batch_size <= 0 || args.epochs <= 0 || args.test_nsteps <= 0 || args.image_size <= 0)
@@ -166,14 +168,12 @@ int main(int argc, char** argv) {
     lo.prefetch_factor = args.prefetch_factor;
     lo.pin_memory = args.pin_memory;
     lo.persistent_workers = args.persistent_workers;
-    std::shared_ptr<data::Sampler> train_sampler;
-    if (ranks > 1) {
-      lo.shuffle = false;  // the DistributedSampler shuffles
-      train_sampler = std::make_shared<data::DistributedSampler>(
-          train_set->size(), world.rank(), ranks, true, args.seed, args.drop_last);
-    }
-    data::DataLoader train_loader = train_sampler ? data::DataLoader(train_set, train_sampler, lo)
-                                                  : data::DataLoader(train_set, lo);
+    // One epoch order over all ranks (the seed's), also for one process: a checkpoint then
+    // resumes on any number of ranks where it stopped.
+    lo.shuffle = false;  // the DistributedSampler shuffles
+    auto train_sampler = std::make_shared<data::DistributedSampler>(
+        train_set->size(), world.rank(), ranks, true, args.seed, args.drop_last);
+    data::DataLoader train_loader(train_set, train_sampler, lo);
     std::shared_ptr<data::DataLoader> val_loader;
     if (val_set) {
       data::DataLoaderOptions vo = lo;
@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
     optim::SGD opt(model->parameters(),
                    {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd});
     const int64_t steps_per_epoch = train_loader.size();
-    const int64_t total_steps = args.test ? args.test_nsteps : steps_per_epoch * args.epochs;
+    // --test runs the first --test-nsteps steps of the full run, its schedule included.
+    const int64_t total_steps = steps_per_epoch * args.epochs;
     optim::OneCycleLR sched(opt, args.lr, total_steps);
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
     amp::GradScaler scaler(args.prec.scaler_options(device));
@@ -236,26 +237,27 @@ int main(int argc, char** argv) {
 
     std::vector<double> t_data, t_fwd, t_bwd;
     std::vector<EpochReport> reports;
-    int64_t step = 0, start_epoch = 0, start_batch = 0;
     CheckpointFile ckpt(
         args.checkpoint, *model, opt, sched, scaler,
-        {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}});
-    {
-      const io::TrainingProgress p = ckpt.resume(args.resume);
-      start_epoch = p.epoch;
-      start_batch = p.batch_in_epoch;
-      step = p.step;
-    }
-    auto save = [&](int64_t epoch, int64_t batch) { ckpt.save(epoch, step, batch); };
+        {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}},
+        args.batch_size * ranks, lr_scaling);
+    const train::ResumePosition start = ckpt.resume(args.resume);
+    int64_t step = start.step;
+    // The data position in samples of the epoch over all ranks, so the checkpoint resumes with
+    // any world size and per-rank batch (a last partial batch ends the epoch: clamped).
+    auto samples_after = [&](int64_t first_sample, int64_t batches) {
+      return std::min(train_loader.epoch_samples(), first_sample + batches * ckpt.global_batch());
+    };
     bool preempted = false;
     // --profile: a few training steps after warm-up, rank 0 only.
     StepProfiler profiler(args.prof, distributed::is_main_process());
     bool done = args.test && step >= args.test_nsteps;
-    for (int64_t epoch = start_epoch; epoch < args.epochs && !done; ++epoch) {
+    for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
-      if (epoch == start_epoch) train_loader.set_start_batch(start_batch);
-      const int64_t first_batch = train_loader.start_batch();
+      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
+      train_loader.set_start_sample(first_sample);
+      const int64_t first_batch = first_sample / ckpt.global_batch();
       // Summed on the device: reading a loss synchronises, so only printed steps read theirs.
       Tensor loss_sum = zeros({}, TensorOptions(DType::f32).with_device(device));
       int64_t seen = 0, nb = 0;
@@ -294,17 +296,17 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) {
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb))) {
           preempted = done = true;
           return false;
         }
         if (args.test && step >= args.test_nsteps) {
           done = true;
-          save(epoch, first_batch + nb);
+          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
           return false;
         }
         if (args.checkpoint_every > 0 && step % args.checkpoint_every == 0)
-          save(epoch, first_batch + nb);
+          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
         t0 = mark();
         return true;
       });
@@ -343,7 +345,7 @@ int main(int argc, char** argv) {
       const EpochReport r{epoch + 1,  train_time, static_cast<double>(seen) / train_time,
                           train_loss, val_time,   val_acc};
       reports.push_back(r);
-      if (!done) save(epoch + 1, 0);
+      if (!done) ckpt.save(epoch + 1, step, 0, 0);
       std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
                   static_cast<long long>(r.epoch), static_cast<long long>(args.epochs),
                   r.train_time, r.throughput, r.train_loss);

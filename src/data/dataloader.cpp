@@ -335,6 +335,11 @@ void DataLoader::set_start_sample(int64_t samples) {
   start_sample_ = samples;
 }
 
+int64_t DataLoader::epoch_samples() const {
+  if (auto* d = dynamic_cast<const DistributedSampler*>(sampler_.get())) return d->total_size();
+  return sampler_->size();
+}
+
 DataLoader::Iterator DataLoader::begin() const {
   auto batches = batch_indices();
   batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));

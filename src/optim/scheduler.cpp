@@ -542,6 +542,20 @@ std::vector<double> OneCycleLR::get_lr() {
   return lrs;
 }
 
+void OneCycleLR::rescale_remaining(double factor) {
+  DLTRAIN_CHECK(std::isfinite(factor) && factor > 0, "OneCycleLR::rescale_remaining: the factor ",
+                "must be positive and finite, got ", factor);
+  const int64_t left = total_steps_ - last_epoch_;
+  if (left <= 0) return;
+  const double done = static_cast<double>(last_epoch_) / static_cast<double>(total_steps_);
+  const int64_t new_left = std::max<int64_t>(1, std::llround(static_cast<double>(left) * factor));
+  const int64_t new_total =
+      std::max<int64_t>(new_left, std::llround(static_cast<double>(new_left) / (1.0 - done)));
+  last_epoch_ = new_total - new_left;
+  total_steps_ = new_total;
+  build_phases();
+}
+
 void OneCycleLR::save_extra(StateDict& out) const {
   save_int(out, "total_steps", total_steps_);
   out.insert_scalar("pct_start", opt_.pct_start);

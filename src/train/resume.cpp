@@ -53,7 +53,9 @@ ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_
       }
     if (scheduler) {
       StateDict sd = scheduler->state_dict();
-      for (const char* key : {"base_lrs", "last_lr"})
+      // Every learning rate the scheduler keeps (OneCycleLR's peak and floor,
+      // CosineAnnealingLR's eta_min), so the next step continues the scaled schedule.
+      for (const char* key : {"base_lrs", "last_lr", "max_lrs", "min_lrs", "eta_min"})
         if (sd.contains(key)) {
           Tensor t = sd.at(key);
           mul_(t, r.lr_factor);
@@ -74,7 +76,18 @@ ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_
          "it)";
   }
   m << "; an epoch now takes " << global_batch << "-sample steps instead of "
-    << r.saved_global_batch << "-sample ones (schedules counted in steps are not rescaled)";
+    << r.saved_global_batch << "-sample ones";
+  auto* one_cycle = dynamic_cast<optim::OneCycleLR*>(scheduler);
+  if (one_cycle && options.rescale_one_cycle) {
+    const int64_t left = one_cycle->total_steps() - one_cycle->last_epoch();
+    one_cycle->rescale_remaining(static_cast<double>(r.saved_global_batch) /
+                                 static_cast<double>(global_batch));
+    m << "; OneCycleLR's remaining " << left << " steps -> "
+      << one_cycle->total_steps() - one_cycle->last_epoch()
+      << " (the same samples, the cycle continued from where it was)";
+  } else {
+    m << " (other schedules counted in steps, such as milestones, are not rescaled)";
+  }
   r.message = m.str();
   if (options.print && distributed::is_main_process())
     std::printf("dltrain: %s\n", r.message.c_str());

@@ -161,6 +161,10 @@ class DataLoader {
   /// the rest, so no sample of the epoch is seen twice or skipped. Resets the start batch;
   /// cleared by set_epoch().
   void set_start_sample(int64_t samples);
+  /// Samples of an epoch counted as set_start_sample counts them: over all ranks with a
+  /// DistributedSampler (the dataset's size), else the sampler's. A resumable position is
+  /// min(epoch_samples(), samples before + batches x global batch).
+  int64_t epoch_samples() const;
   int64_t epoch() const { return sampler_->epoch(); }
   /// The index lists of this epoch's batches, in order (what iteration will build).
   std::vector<std::vector<int64_t>> batch_indices() const;

@@ -71,6 +71,8 @@ class DistributedSampler : public Sampler {
   std::vector<int64_t> indices() const override;
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_; }
+  /// Samples of an epoch over all ranks (the dataset's size), the range of set_start_sample.
+  int64_t total_size() const { return n_; }
   /// Selects the epoch and clears set_start_sample.
   void set_epoch(int64_t epoch) override;
   /// Resumes the current epoch after its first `samples` positions (in [0, n]), which a run

@@ -236,6 +236,14 @@ class OneCycleLR final : public LRScheduler {
   const char* name() const override { return "OneCycleLR"; }
   /// The number of steps of the cycle.
   int64_t total_steps() const { return total_steps_; }
+  /// Stretches (factor > 1) or shrinks (factor < 1) the rest of the cycle: the steps left
+  /// become round(left x factor), at least 1, and the fraction of the cycle already done stays,
+  /// so the learning rate continues from where it was. What a run resumed with another global
+  /// batch needs (factor = saved / new global batch: the rest of the epochs then takes that
+  /// many more steps; train::resume_data_position calls it). total_steps() and last_epoch()
+  /// change accordingly; a finished cycle is left alone. Throws dltrain::Error for a factor
+  /// that is not positive and finite.
+  void rescale_remaining(double factor);
 
  private:
   struct Phase {

@@ -48,6 +48,9 @@ struct ResumeOptions {
   std::function<double(int64_t saved_global_batch, int64_t global_batch)> lr_rule = nullptr;
   /// Print the message (on rank 0 only) when the global batch changed.
   bool print = true;
+  /// A OneCycleLR scheduler's remaining steps are scaled by saved / new global batch (its
+  /// cycle then ends with the same samples as planned: OneCycleLR::rescale_remaining).
+  bool rescale_one_cycle = true;
 };
 
 struct ResumePosition {
@@ -72,9 +75,11 @@ struct ResumePosition {
 /// when the checkpoint recorded it, else batch_in_epoch x the saved global batch (x the new
 /// one for files that did not record it, which is exact only when it did not change). When the
 /// global batch changed, multiplies every group's lr and initial_lr in `optimizer` and the
-/// base and last learning rates of `scheduler` (either may be null) by the rule's factor, so
-/// the schedule continues from the scaled rate; schedules counted in steps (milestones,
-/// OneCycleLR's total_steps) are not rescaled, and the message gives the new steps per epoch.
+/// learning rates `scheduler` keeps (base, last, OneCycleLR's peak and floor, cosine's eta_min;
+/// either may be null) by the rule's factor, so the schedule continues from the scaled rate.
+/// A OneCycleLR's rest of the cycle is stretched to the new number of steps (see
+/// ResumeOptions::rescale_one_cycle); other schedules counted in steps (milestones) are not
+/// rescaled, and the message gives the new steps per epoch.
 /// Throws dltrain::Error for a global_batch < 1 or a factor that is not positive and finite.
 ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_t global_batch,
                                     optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
