@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-demo}
 
 bash scripts/setup.sh
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA=OFF -DDLTRAIN_BUILD_TESTS=OFF \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA=OFF -DDLTRAIN_NATIVE=ON -DDLTRAIN_BUILD_TESTS=OFF \
   -DDLTRAIN_BUILD_BENCHMARKS=OFF -DDLTRAIN_BUILD_EXAMPLES=ON > /dev/null
 cmake --build "$build" -j "${JOBS:-2}" --target fashion_mnist
 exec "$build/examples/fashion_mnist" --data /usr/share/datasets/fashion-mnist "$@"

@@ -301,9 +301,14 @@ int main(int argc, char** argv) {
     // holds beside the model and Adam's moments.
     optim::LambdaLR sched(opt, [](int64_t) { return 1.0; });
     amp::GradScaler scaler({.enabled = false});
-    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "vae"}});
-    const io::TrainingProgress start = ckpt.resume(args.resume);
+    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "vae"}},
+                        args.batch_size);
+    const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
+    // The data position in samples of the epoch (a last partial batch ends it: clamped).
+    auto samples_after = [&](int64_t first_sample, int64_t batches) {
+      return std::min(train_loader.epoch_samples(), first_sample + batches * args.batch_size);
+    };
 
     const bool jsonl = args.metrics.ends_with(".jsonl");
     train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
@@ -322,8 +327,9 @@ int main(int argc, char** argv) {
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
-      if (epoch == start.epoch) train_loader.set_start_batch(start.batch_in_epoch);
-      const int64_t first_batch = train_loader.start_batch();
+      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
+      train_loader.set_start_sample(first_sample);
+      const int64_t first_batch = first_sample / args.batch_size;
       double loss_sum = 0;
       int64_t seen = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -350,10 +356,11 @@ int main(int argc, char** argv) {
         ++step;
         progress.update(first_batch + nb, lv, args.lr, hb.size());
         metrics.add_scalars({{"train/loss", lv}}, step);
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) return train::kExitRequeue;
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb)))
+          return train::kExitRequeue;
         if (args.test && step >= args.test_nsteps) {
           done = true;
-          ckpt.save(epoch, step, first_batch + nb);
+          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
           break;
         }
         chrono.begin_step();
@@ -370,7 +377,7 @@ int main(int argc, char** argv) {
                            {"train/epoch_loss", r.train_loss},
                            {"train/img_per_s", r.img_per_s}},
                           step);
-      if (!done) ckpt.save(epoch + 1, step, 0);
+      if (!done) ckpt.save(epoch + 1, step, 0, 0);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.2f  test loss %.2f (recon %.2f + KL %.2f) "
           " throughput %.0f img/s\n",

@@ -6,6 +6,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/backend/cpu.hpp"
 #include "dltrain/backend/cuda.hpp"
+#include "dltrain/core/build_info.hpp"
 #include "dltrain/core/device.hpp"
 #include "dltrain/core/dtype.hpp"
 #include "dltrain/core/error.hpp"

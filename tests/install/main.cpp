@@ -4,6 +4,7 @@
 #include <dltrain/train/metrics.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -40,5 +41,17 @@ int main() {
   const bool wrote = std::filesystem::file_size(dir / "metrics.csv") > 0;
   std::filesystem::remove_all(dir);
   if (!wrote) return 1;
+  // The run-time build facts agree with what the CMake package (or pkg-config) said.
+  const BuildInfo& info = build_info();
+  std::printf("consumer: %s\n", info.str().c_str());
+#ifdef EXPECT_WITH
+  const bool expected[] = {EXPECT_WITH};  // cuda, mpi, hdf5, jpeg, dnnl
+  const bool got[] = {info.cuda, info.mpi, info.hdf5, info.jpeg, info.dnnl};
+  for (size_t i = 0; i < sizeof(got) / sizeof(got[0]); ++i)
+    if (expected[i] != got[i]) {
+      std::printf("consumer: build_info() disagrees with the package's DLTRAIN_WITH_* (%zu)\n", i);
+      return 1;
+    }
+#endif
   return std::abs(wv - 2.0) < 1e-3 && std::abs(bv - 1.0) < 1e-3 ? 0 : 1;
 }
