@@ -244,9 +244,14 @@ int main(int argc, char** argv) {
     const int64_t steps_per_epoch = train_loader.size();
     optim::CosineAnnealingLR sched(opt, steps_per_epoch * args.epochs, args.lr * 0.05);
     amp::GradScaler scaler({.enabled = false});  // f32 throughout (CheckpointFile wants one)
-    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "gnn_tracking"}});
-    const io::TrainingProgress start = ckpt.resume(args.resume);
+    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "gnn_tracking"}},
+                        args.batch_size);
+    const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
+    // The data position in events of the epoch (a last partial batch ends it: clamped).
+    auto samples_after = [&](int64_t first_sample, int64_t batches) {
+      return std::min(train_loader.epoch_samples(), first_sample + batches * args.batch_size);
+    };
     const bool jsonl = args.metrics.ends_with(".jsonl");
     train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
                                   .jsonl = jsonl ? args.metrics : "",
@@ -260,8 +265,9 @@ int main(int argc, char** argv) {
     for (int64_t epoch = start.epoch; epoch < args.epochs && !preempted; ++epoch) {
       model->train();
       train_loader.set_epoch(epoch);
-      if (epoch == start.epoch) train_loader.set_start_batch(start.batch_in_epoch);
-      const int64_t first_batch = train_loader.start_batch();
+      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
+      train_loader.set_start_sample(first_sample);
+      const int64_t first_batch = first_sample / args.batch_size;
       double loss_sum = 0;
       int64_t graphs = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -288,7 +294,7 @@ int main(int argc, char** argv) {
         const double lr = sched.get_last_lr()[0];
         progress.update(first_batch + nb, l, lr, g.num_graphs);
         metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb)) {
+        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb))) {
           preempted = true;
           break;
         }
@@ -326,7 +332,7 @@ int main(int argc, char** argv) {
                            {"train/epoch_loss", r.train_loss},
                            {"train/graphs_per_s", r.graphs_per_s}},
                           step);
-      ckpt.save(epoch + 1, step, 0);
+      ckpt.save(epoch + 1, step, 0, 0);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
           "efficiency %.2f%%  purity %.2f%%  throughput %.1f graphs/s\n",
