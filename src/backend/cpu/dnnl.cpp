@@ -1,6 +1,6 @@
-// oneDNN convolution, batch norm and pooling (see dnnl.hpp). One CPU engine for the process and
-// one stream per thread; every call waits for its stream before returning, so tensors never
-// outlive their use. oneDNN's OpenMP runtime is given dltrain's thread count before each
+// oneDNN convolution, batch norm, pooling and float GEMM (see dnnl.hpp). One CPU engine for the
+// process and one stream per thread; every call waits for its stream before returning, so tensors
+// never outlive their use. oneDNN's OpenMP runtime is given dltrain's thread count before each
 // primitive runs, so the two pools never use more threads than get_num_threads() (two ranks on
 // two cores, one each).
 //
@@ -665,6 +665,13 @@ bool dnnl_pool2d_backward(const Tensor& gy, const DnnlPoolShape& s, DnnlPool kin
   c->prim.execute(stream(), args);
   stream().wait();
   return true;
+}
+
+bool dnnl_gemm_f32(char transa, char transb, int64_t M, int64_t N, int64_t K, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (!dnnl_available()) return false;
+  use_our_threads();
+  return ::dnnl_sgemm(transa, transb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc) == dnnl_success;
 }
 
 }  // namespace dltrain::backend::cpu

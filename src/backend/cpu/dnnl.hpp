@@ -70,4 +70,11 @@ bool dnnl_pool2d_forward(const Tensor& x, const DnnlPoolShape& s, DnnlPool kind,
 bool dnnl_pool2d_backward(const Tensor& gy, const DnnlPoolShape& s, DnnlPool kind, const Tensor& ws,
                           Tensor& gx);
 
+/// C = op(A) op(B) + beta C for row-major float storage with BLAS conventions (transa / transb
+/// 'N' or 'T', leading dimensions lda, ldb, ldc; C is not read when beta is 0), by oneDNN's
+/// sgemm on get_num_threads() threads. False, having done nothing, without oneDNN, when it is
+/// switched off, or when oneDNN refuses the arguments.
+bool dnnl_gemm_f32(char transa, char transb, int64_t M, int64_t N, int64_t K, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 }  // namespace dltrain::backend::cpu

@@ -1,5 +1,5 @@
-// Builds without oneDNN: convolution keeps its im2col + Eigen path, batch norm and pooling
-// their own kernels (the bool functions answer "not taken").
+// Builds without oneDNN: convolution keeps its im2col + Eigen path, batch norm, pooling and
+// float GEMM their own kernels (the bool functions answer "not taken").
 #include "dltrain/backend/cpu.hpp"
 #include "dltrain/core/error.hpp"
 #include "src/backend/cpu/dnnl.hpp"
@@ -30,6 +30,10 @@ bool dnnl_pool2d_forward(const Tensor&, const DnnlPoolShape&, DnnlPool, Tensor&,
   return false;
 }
 bool dnnl_pool2d_backward(const Tensor&, const DnnlPoolShape&, DnnlPool, const Tensor&, Tensor&) {
+  return false;
+}
+bool dnnl_gemm_f32(char, char, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                   int64_t, float, float*, int64_t) {
   return false;
 }
 
