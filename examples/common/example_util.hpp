@@ -24,11 +24,13 @@
 #include "dltrain/amp/autocast.hpp"
 #include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/core/device.hpp"
+#include "dltrain/data/dataloader.hpp"
 #include "dltrain/distributed/process_group.hpp"
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/nn/module.hpp"
 #include "dltrain/optim/optimizer.hpp"
 #include "dltrain/optim/scheduler.hpp"
+#include "dltrain/train/metrics.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/profiler.hpp"
 #include "dltrain/train/resume.hpp"
@@ -205,6 +207,17 @@ class ScaleLog {
   double last_ = 0;
 };
 
+/// The sinks of `--metrics FILE` (JSON lines when FILE ends in .jsonl, else CSV) and
+/// `--tensorboard DIR`; a resumed run appends to the file. Rank 0 writes (MetricsWriter).
+inline train::MetricsOptions metrics_options(const std::string& file, const std::string& tb_dir,
+                                             bool append) {
+  const bool jsonl = file.size() > 6 && file.ends_with(".jsonl");
+  return {.csv = jsonl ? "" : file,
+          .jsonl = jsonl ? file : "",
+          .tensorboard = tb_dir,
+          .append = append};
+}
+
 /// `--resume-lr-scaling keep|linear|sqrt`: what the learning rate does when a run resumes a
 /// checkpoint written with another global batch (other ranks or per-rank batch).
 inline train::LRScaling parse_lr_scaling(const Flags& f, const std::string& v) {
@@ -245,7 +258,7 @@ class CheckpointFile {
   /// Pass the position to the loader: set_epoch(p.epoch), then set_start_sample(
   /// p.samples_in_epoch).
   train::ResumePosition resume(bool asked) {
-    train::ResumePosition r;
+    train::ResumePosition& r = start_;
     r.saved_global_batch = r.global_batch = global_batch_;
     if (!asked || path_.empty() || !std::ifstream(path_).good()) return r;
     const io::TrainingProgress p = io::load_checkpoint(path_, model_, &opt_, &sched_, &scaler_);
@@ -255,6 +268,42 @@ class CheckpointFile {
                 static_cast<long long>(r.step));
     return r;
   }
+  /// At the top of each epoch: selects `epoch` in `loader` and, in the epoch the run resumed
+  /// in, starts it after the samples already trained. Returns the number of the epoch's first
+  /// batch (for progress lines).
+  int64_t begin_epoch(data::DataLoader& loader, int64_t epoch) const {
+    loader.set_epoch(epoch);
+    const int64_t first = epoch == start_.epoch ? start_.samples_in_epoch : 0;
+    loader.set_start_sample(first);
+    return first / global_batch_;
+  }
+  /// Saves the state at `step`, `batches` batches into this iteration of `loader` in `epoch`
+  /// (0-based).
+  void save(int64_t epoch, int64_t step, const data::DataLoader& loader, int64_t batches) {
+    const int64_t samples = loader.samples_after(batches);
+    save(epoch, step, samples / global_batch_, samples);
+  }
+  /// Saves the state at `step`, at the start of `epoch` (after the last one's end).
+  void save(int64_t epoch, int64_t step) { save(epoch, step, 0, 0); }
+  /// At a step boundary, on every rank (collective with several ranks): when a preemption
+  /// signal reached any rank, saves the state and returns true; the program then exits with
+  /// train::kExitRequeue, which the job files in examples/resnet50/slurm/ turn into a requeue.
+  bool stop_for_requeue(int64_t epoch, int64_t step, const data::DataLoader& loader,
+                        int64_t batches) {
+    if (!preempt_ || !preempt_->requested()) return false;
+    save(epoch, step, loader, batches);
+    const int sig = preempt_->signal() ? preempt_->signal() : SIGTERM;  // another rank's
+    std::printf(
+        "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d so "
+        "that the job is requeued (resume with --resume)\n",
+        train::signal_name(sig), static_cast<long long>(epoch + 1), static_cast<long long>(step),
+        train::kExitRequeue);
+    std::fflush(stdout);
+    return true;
+  }
+  int64_t global_batch() const { return global_batch_; }
+
+ private:
   /// Saves the state at `step`, `batch` batches and `samples` samples (over all ranks) into
   /// `epoch` (0-based).
   void save(int64_t epoch, int64_t step, int64_t batch, int64_t samples) {
@@ -272,24 +321,6 @@ class CheckpointFile {
                 static_cast<long long>(epoch + 1), static_cast<long long>(samples),
                 static_cast<long long>(step));
   }
-  /// At a step boundary, on every rank (collective with several ranks): when a preemption
-  /// signal reached any rank, saves the state and returns true; the program then exits with
-  /// train::kExitRequeue, which the job files in examples/resnet50/slurm/ turn into a requeue.
-  bool stop_for_requeue(int64_t epoch, int64_t step, int64_t batch, int64_t samples) {
-    if (!preempt_ || !preempt_->requested()) return false;
-    save(epoch, step, batch, samples);
-    const int sig = preempt_->signal() ? preempt_->signal() : SIGTERM;  // another rank's
-    std::printf(
-        "preempted by %s at epoch %lld, step %lld: state saved, exiting with %d so "
-        "that the job is requeued (resume with --resume)\n",
-        train::signal_name(sig), static_cast<long long>(epoch + 1), static_cast<long long>(step),
-        train::kExitRequeue);
-    std::fflush(stdout);
-    return true;
-  }
-  int64_t global_batch() const { return global_batch_; }
-
- private:
   std::string path_;
   nn::Module& model_;
   optim::Optimizer& opt_;
@@ -298,6 +329,7 @@ class CheckpointFile {
   std::map<std::string, std::string> metadata_;
   int64_t global_batch_;
   train::LRScaling lr_scaling_;
+  train::ResumePosition start_;
   std::optional<train::PreemptionHandler> preempt_;
 };
 

@@ -227,18 +227,8 @@ int main(int argc, char** argv) {
                         args.batch_size * ranks, args.lr_scaling);
     const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
-    // The data position in samples of the epoch over all ranks (every step a full global
-    // batch: drop_last), so the checkpoint resumes with any world size and per-rank batch.
-    auto samples_after = [&](int64_t first_sample, int64_t batches) {
-      return std::min(train_loader.epoch_samples(), first_sample + batches * ckpt.global_batch());
-    };
     bool preempted = false;
-    // --metrics FILE.jsonl writes JSON lines, any other name CSV; rank 0 only.
-    const bool jsonl = args.metrics.size() > 6 && args.metrics.ends_with(".jsonl");
-    train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
-                                  .jsonl = jsonl ? args.metrics : "",
-                                  .tensorboard = args.tensorboard,
-                                  .append = args.resume});
+    train::MetricsWriter metrics(metrics_options(args.metrics, args.tensorboard, args.resume));
     // Ten lines per epoch (every tenth step with --test), a live bar on a terminal.
     const int64_t progress_total =
         args.test ? std::min(args.test_nsteps, steps_per_epoch) : steps_per_epoch;
@@ -249,10 +239,7 @@ int main(int argc, char** argv) {
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
-      train_loader.set_epoch(epoch);
-      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
-      train_loader.set_start_sample(first_sample);
-      const int64_t first_batch = first_sample / ckpt.global_batch();
+      const int64_t first_batch = ckpt.begin_epoch(train_loader, epoch);
       double loss_sum = 0;
       int64_t seen = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -296,13 +283,13 @@ int main(int argc, char** argv) {
         progress.update(first_batch + nb, l, lr, b.size());
         metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb))) {
+        if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
           preempted = done = true;
           break;
         }
         if (args.test && step >= args.test_nsteps) {
           done = true;
-          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
+          ckpt.save(epoch, step, train_loader, nb);
           break;
         }
         chrono.begin_step();
@@ -354,7 +341,7 @@ int main(int argc, char** argv) {
                            {"train/epoch_loss", r.train_loss},
                            {"train/img_per_s", r.throughput}},
                           step);
-      if (!done) ckpt.save(epoch + 1, step, 0, 0);
+      if (!done) ckpt.save(epoch + 1, step);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
           "test acc %.2f%%  throughput %.0f img/s\n",

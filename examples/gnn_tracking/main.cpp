@@ -248,15 +248,7 @@ int main(int argc, char** argv) {
                         args.batch_size);
     const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
-    // The data position in events of the epoch (a last partial batch ends it: clamped).
-    auto samples_after = [&](int64_t first_sample, int64_t batches) {
-      return std::min(train_loader.epoch_samples(), first_sample + batches * args.batch_size);
-    };
-    const bool jsonl = args.metrics.ends_with(".jsonl");
-    train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
-                                  .jsonl = jsonl ? args.metrics : "",
-                                  .tensorboard = args.tensorboard,
-                                  .append = args.resume});
+    train::MetricsWriter metrics(metrics_options(args.metrics, args.tensorboard, args.resume));
     train::Progress progress({.total_steps = steps_per_epoch, .label = "  train"});
     train::Chronometer chrono;
     std::vector<EpochReport> reports;
@@ -264,10 +256,7 @@ int main(int argc, char** argv) {
 
     for (int64_t epoch = start.epoch; epoch < args.epochs && !preempted; ++epoch) {
       model->train();
-      train_loader.set_epoch(epoch);
-      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
-      train_loader.set_start_sample(first_sample);
-      const int64_t first_batch = first_sample / args.batch_size;
+      const int64_t first_batch = ckpt.begin_epoch(train_loader, epoch);
       double loss_sum = 0;
       int64_t graphs = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -294,7 +283,7 @@ int main(int argc, char** argv) {
         const double lr = sched.get_last_lr()[0];
         progress.update(first_batch + nb, l, lr, g.num_graphs);
         metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb))) {
+        if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
           preempted = true;
           break;
         }
@@ -332,7 +321,7 @@ int main(int argc, char** argv) {
                            {"train/epoch_loss", r.train_loss},
                            {"train/graphs_per_s", r.graphs_per_s}},
                           step);
-      ckpt.save(epoch + 1, step, 0, 0);
+      ckpt.save(epoch + 1, step);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
           "efficiency %.2f%%  purity %.2f%%  throughput %.1f graphs/s\n",

@@ -243,21 +243,13 @@ int main(int argc, char** argv) {
         args.batch_size * ranks, lr_scaling);
     const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
-    // The data position in samples of the epoch over all ranks, so the checkpoint resumes with
-    // any world size and per-rank batch (a last partial batch ends the epoch: clamped).
-    auto samples_after = [&](int64_t first_sample, int64_t batches) {
-      return std::min(train_loader.epoch_samples(), first_sample + batches * ckpt.global_batch());
-    };
     bool preempted = false;
     // --profile: a few training steps after warm-up, rank 0 only.
     StepProfiler profiler(args.prof, distributed::is_main_process());
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
-      train_loader.set_epoch(epoch);
-      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
-      train_loader.set_start_sample(first_sample);
-      const int64_t first_batch = first_sample / ckpt.global_batch();
+      ckpt.begin_epoch(train_loader, epoch);
       // Summed on the device: reading a loss synchronises, so only printed steps read theirs.
       Tensor loss_sum = zeros({}, TensorOptions(DType::f32).with_device(device));
       int64_t seen = 0, nb = 0;
@@ -296,17 +288,17 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb))) {
+        if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
           preempted = done = true;
           return false;
         }
         if (args.test && step >= args.test_nsteps) {
           done = true;
-          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
+          ckpt.save(epoch, step, train_loader, nb);
           return false;
         }
         if (args.checkpoint_every > 0 && step % args.checkpoint_every == 0)
-          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
+          ckpt.save(epoch, step, train_loader, nb);
         t0 = mark();
         return true;
       });
@@ -345,7 +337,7 @@ int main(int argc, char** argv) {
       const EpochReport r{epoch + 1,  train_time, static_cast<double>(seen) / train_time,
                           train_loss, val_time,   val_acc};
       reports.push_back(r);
-      if (!done) ckpt.save(epoch + 1, step, 0, 0);
+      if (!done) ckpt.save(epoch + 1, step);
       std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
                   static_cast<long long>(r.epoch), static_cast<long long>(args.epochs),
                   r.train_time, r.throughput, r.train_loss);

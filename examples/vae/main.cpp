@@ -305,16 +305,8 @@ int main(int argc, char** argv) {
                         args.batch_size);
     const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
-    // The data position in samples of the epoch (a last partial batch ends it: clamped).
-    auto samples_after = [&](int64_t first_sample, int64_t batches) {
-      return std::min(train_loader.epoch_samples(), first_sample + batches * args.batch_size);
-    };
 
-    const bool jsonl = args.metrics.ends_with(".jsonl");
-    train::MetricsWriter metrics({.csv = jsonl ? "" : args.metrics,
-                                  .jsonl = jsonl ? args.metrics : "",
-                                  .tensorboard = args.tensorboard,
-                                  .append = args.resume});
+    train::MetricsWriter metrics(metrics_options(args.metrics, args.tensorboard, args.resume));
     const int64_t steps_per_epoch = train_loader.size();
     train::Progress progress(
         {.total_steps = args.test ? std::min(args.test_nsteps, steps_per_epoch) : steps_per_epoch,
@@ -326,10 +318,7 @@ int main(int argc, char** argv) {
     bool done = args.test && step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       model->train();
-      train_loader.set_epoch(epoch);
-      const int64_t first_sample = epoch == start.epoch ? start.samples_in_epoch : 0;
-      train_loader.set_start_sample(first_sample);
-      const int64_t first_batch = first_sample / args.batch_size;
+      const int64_t first_batch = ckpt.begin_epoch(train_loader, epoch);
       double loss_sum = 0;
       int64_t seen = 0, nb = 0;
       auto t_epoch = Clock::now();
@@ -356,11 +345,10 @@ int main(int argc, char** argv) {
         ++step;
         progress.update(first_batch + nb, lv, args.lr, hb.size());
         metrics.add_scalars({{"train/loss", lv}}, step);
-        if (ckpt.stop_for_requeue(epoch, step, first_batch + nb, samples_after(first_sample, nb)))
-          return train::kExitRequeue;
+        if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) return train::kExitRequeue;
         if (args.test && step >= args.test_nsteps) {
           done = true;
-          ckpt.save(epoch, step, first_batch + nb, samples_after(first_sample, nb));
+          ckpt.save(epoch, step, train_loader, nb);
           break;
         }
         chrono.begin_step();
@@ -377,7 +365,7 @@ int main(int argc, char** argv) {
                            {"train/epoch_loss", r.train_loss},
                            {"train/img_per_s", r.img_per_s}},
                           step);
-      if (!done) ckpt.save(epoch + 1, step, 0, 0);
+      if (!done) ckpt.save(epoch + 1, step);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.2f  test loss %.2f (recon %.2f + KL %.2f) "
           " throughput %.0f img/s\n",

@@ -340,6 +340,16 @@ int64_t DataLoader::epoch_samples() const {
   return sampler_->size();
 }
 
+int64_t DataLoader::samples_after(int64_t batches) const {
+  int64_t world = 1, start = start_sample_;
+  if (auto* d = dynamic_cast<const DistributedSampler*>(sampler_.get())) {
+    world = d->world_size();
+    start = d->start_sample();
+  }
+  const int64_t global_batch = options_.batch_size * world;
+  return std::min(epoch_samples(), start + (start_batch_ + batches) * global_batch);
+}
+
 DataLoader::Iterator DataLoader::begin() const {
   auto batches = batch_indices();
   batches.erase(batches.begin(), batches.begin() + static_cast<std::ptrdiff_t>(start_batch_));

@@ -458,6 +458,21 @@ TEST_CASE("set_start_sample: a run resumed with other ranks and batches sees the
   REQUIRE_THROWS_WITH(one.set_start_sample(n + 1), Contains("set_start_sample"));
   DistributedSampler d(n, 0, 2);
   REQUIRE_THROWS_WITH(d.set_start_sample(-1), Contains("already trained"));
+
+  // samples_after: the position a checkpoint saves, in samples over all ranks.
+  REQUIRE(one.epoch_samples() == n);
+  REQUIRE(one.samples_after(0) == 7);
+  REQUIRE(one.samples_after(2) == 7 + 2 * 4);
+  REQUIRE(one.samples_after(100) == n);  // the last partial batch ends the epoch
+  DataLoader r1(ds, std::make_shared<DistributedSampler>(n, 1, 3, true, 3), {.batch_size = 4});
+  r1.set_epoch(1);
+  REQUIRE(r1.epoch_samples() == n);
+  REQUIRE(r1.samples_after(2) == 2 * 4 * 3);
+  r1.set_start_sample(24);
+  REQUIRE(r1.samples_after(1) == 24 + 12);
+  r1.set_epoch(1);        // clears the start sample
+  r1.set_start_batch(1);  // one global batch (3 ranks x 4) into the epoch
+  REQUIRE(r1.samples_after(2) == 3 * 12);
 }
 
 TEST_CASE("DataLoader reports how long the consumer waited for batches", "[data][loader]") {

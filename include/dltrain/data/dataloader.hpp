@@ -165,6 +165,11 @@ class DataLoader {
   /// DistributedSampler (the dataset's size), else the sampler's. A resumable position is
   /// min(epoch_samples(), samples before + batches x global batch).
   int64_t epoch_samples() const;
+  /// The epoch's data position, in samples over all ranks, after `batches` batches of this
+  /// iteration: the start (set_start_sample / set_start_batch) plus batches x batch size x
+  /// world size (a DistributedSampler's, else 1), at most epoch_samples() (a last partial
+  /// batch ends the epoch). What a checkpoint saves as TrainingProgress::samples_in_epoch.
+  int64_t samples_after(int64_t batches) const;
   int64_t epoch() const { return sampler_->epoch(); }
   /// The index lists of this epoch's batches, in order (what iteration will build).
   std::vector<std::vector<int64_t>> batch_indices() const;
