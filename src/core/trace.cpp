@@ -38,6 +38,7 @@ struct Frame {
   int64_t child_ns = 0;
   std::string shapes;
   cutrace::Mark cuda_start = nullptr;
+  bool nvtx = false;  // an NVTX range was pushed (popped at the end even if no event was recorded)
 };
 
 struct ClosedEvent {
@@ -124,6 +125,7 @@ bool trace_begin(TraceKind kind, std::string_view name, std::string_view suffix)
   f.session = session;
   if (g_cuda.load(std::memory_order_relaxed)) {
     cutrace::range_push(f.name.c_str());
+    f.nvtx = true;
     f.cuda_start = cutrace::mark();
   }
   f.start = Clock::now();
@@ -144,10 +146,8 @@ void trace_end() {
   const int64_t dur = std::chrono::duration_cast<std::chrono::nanoseconds>(end - f.start).count();
   if (!b.stack.empty()) b.stack.back().child_ns += dur;
   cutrace::Mark cuda_end = nullptr;
-  if (f.cuda_start) {
-    cuda_end = cutrace::mark();
-    cutrace::range_pop();
-  }
+  if (f.cuda_start) cuda_end = cutrace::mark();
+  if (f.nvtx) cutrace::range_pop();
   std::lock_guard<std::mutex> lock(b.mu);
   if (f.session != g_session.load(std::memory_order_acquire) ||
       !g_trace_active.load(std::memory_order_relaxed)) {
