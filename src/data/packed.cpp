@@ -145,19 +145,8 @@ Hid create_file(const std::string& path, bool index) {
   if (index)
     check_status(H5Pset_userblock(fcpl, io::detail::kVerifiedHeaderBytes), path,
                  "reserve the index header");
-  // Format bounds [1.8, 1.10]: superblock v2 and object headers v2, which HDF5 checksums,
-  // and nothing HDF5 1.10 (or h5py on it) cannot read.
-  Hid fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), path, "make file-access properties"), H5Pclose);
-#if H5_VERSION_GE(1, 10, 2)
-  check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), path,
-               "choose the HDF5 format versions");
-#else
-  check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_18, H5F_LIBVER_LATEST), path,
-               "choose the HDF5 format versions");
-#endif
-  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), path,
-                      "create the file (is the directory writable?)"),
-             H5Fclose);
+  // Format bounds [1.8, 1.10]: checksummed metadata (io::h5::create_checksummed_file).
+  return io::h5::create_checksummed_file(path, fcpl, "packed dataset file");
 }
 
 // The size of an open file, for checking lengths read from it before allocating.

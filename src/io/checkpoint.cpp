@@ -286,17 +286,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
     Hid fcpl(check_id(H5Pcreate(H5P_FILE_CREATE), tmp, "make file-creation properties"), H5Pclose);
     check_status(H5Pset_userblock(fcpl, detail::kCheckpointHeaderBytes), tmp,
                  "reserve the checkpoint header");
-    Hid fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), tmp, "make file-access properties"), H5Pclose);
-#if H5_VERSION_GE(1, 10, 2)
-    check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), tmp,
-                 "choose the HDF5 format versions");
-#else
-    check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_18, H5F_LIBVER_LATEST), tmp,
-                 "choose the HDF5 format versions");
-#endif
-    Hid file(check_id(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl), tmp,
-                      "create the temporary file (is the directory writable?)"),
-             H5Fclose);
+    Hid file = h5::create_checksummed_file(tmp, fcpl, "checkpoint");
     write_int_attr(file, "format_version", kCheckpointFormat, tmp);
     write_string_attr(file, "dltrain_version", kVersion, tmp);
     write_int_attr(file, "epoch", ckpt.progress.epoch, tmp);

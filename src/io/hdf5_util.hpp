@@ -109,6 +109,25 @@ inline void check_status(herr_t st, const char* kind, const std::string& path, c
   check_id(st, kind, path, what);
 }
 
+/// Creates (truncates) a file dltrain writes, with `fcpl` (the caller's creation properties:
+/// user block, attribute storage) and format bounds [1.8, 1.10]: superblock v2 and object
+/// headers v2, which HDF5 checksums, so corruption is found before HDF5 walks damaged
+/// metadata, and nothing HDF5 1.10 (or h5py on it) cannot read. Call with hdf5_mutex() held.
+inline Hid create_checksummed_file(const std::string& path, hid_t fcpl, const char* kind) {
+  Hid fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), kind, path, "make file-access properties"),
+           H5Pclose);
+#if H5_VERSION_GE(1, 10, 2)
+  check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V110), kind, path,
+               "choose the HDF5 format versions");
+#else
+  check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_18, H5F_LIBVER_LATEST), kind, path,
+               "choose the HDF5 format versions");
+#endif
+  return Hid(check_id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), kind, path,
+                      "create the file (is the directory writable?)"),
+             H5Fclose);
+}
+
 /// Writes (or replaces) a scalar int64 attribute.
 inline void write_int_attr(hid_t loc, const char* name, int64_t v, const char* kind,
                            const std::string& path) {
