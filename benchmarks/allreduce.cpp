@@ -10,7 +10,6 @@
 // one still runs the NCCL path). Rank 0 prints the table and writes the JSON.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
 #include "dltrain/dltrain.hpp"
 #include "examples/common/example_util.hpp"
@@ -21,12 +20,20 @@ using namespace dltrain::examples;
 int main(int argc, char** argv) {
   std::string dev = "cpu", json, dtype = "f32";
   int64_t min_bytes = 4096, max_bytes = 64 << 20, iters = 20, warmup = 5;
-  Flags f("allreduce",
-          "[--device cpu|cuda] [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] "
-          "[--dtype f32|f16|bf16|f64] [--json PATH]");
-  f.add("--device", &dev).add("--min-bytes", &min_bytes).add("--max-bytes", &max_bytes);
-  f.add("--iters", &iters).add("--warmup", &warmup).add("--json", &json).add("--dtype", &dtype);
+  cli::Flags f("allreduce",
+               "All-reduce bandwidth (nccl-tests' algbw and busbw) of the default process group "
+               "per message size; run it under mpirun or srun.");
+  f.group(cli::group::kBenchmark);
+  f.add("--device", &dev, "cpu (MPI) or cuda (NCCL)").choices({"cpu", "cuda"});
+  f.add("--min-bytes", &min_bytes, "smallest message (x4 up to --max-bytes)").positive();
+  f.add("--max-bytes", &max_bytes, "largest message").positive();
+  f.add("--iters", &iters, "timed iterations per size").positive();
+  f.add("--warmup", &warmup, "untimed iterations first").min(0);
+  f.add("--dtype", &dtype, "element type").choices({"f32", "f16", "bf16", "f64"});
+  f.add("--json", &json, "write the table here").value_name("FILE.json");
   f.parse(argc, argv);
+  if (dev == "cuda" && !cuda::is_available())
+    f.fail("--device cuda: no CUDA device is visible; pass --device cpu");
   try {
     const DType dt = dtype == "f16"    ? DType::f16
                      : dtype == "bf16" ? DType::bf16
@@ -71,16 +78,18 @@ int main(int argc, char** argv) {
         std::printf("%12lld %12.1f %12.3f %12.3f\n", static_cast<long long>(r.bytes), r.us, r.algbw,
                     r.busbw);
       if (!json.empty()) {
-        std::ofstream js(json);
-        DLTRAIN_CHECK(js.good(), "cannot write --json file '", json, "'");
-        js << "{\n  \"benchmark\": \"allreduce\",\n  \"backend\": \"" << g.backend()
-           << "\",\n  \"device\": \"" << d.str() << "\",\n  \"ranks\": " << n
-           << ",\n  \"dtype\": \"" << dtype_name(dt) << "\",\n  \"rows\": [";
-        for (size_t i = 0; i < rows.size(); ++i)
-          js << (i ? ",\n" : "\n") << "    {\"bytes\": " << rows[i].bytes
-             << ", \"time_us\": " << rows[i].us << ", \"algbw_gbs\": " << rows[i].algbw
-             << ", \"busbw_gbs\": " << rows[i].busbw << "}";
-        js << "\n  ]\n}\n";
+        nlohmann::json out = nlohmann::json::array();
+        for (const Row& r : rows)
+          out.push_back({{"bytes", r.bytes},
+                         {"time_us", r.us},
+                         {"algbw_gbs", r.algbw},
+                         {"busbw_gbs", r.busbw}});
+        cli::write_json_report(json, {{"benchmark", "allreduce"},
+                                      {"backend", g.backend()},
+                                      {"device", d.str()},
+                                      {"ranks", n},
+                                      {"dtype", dtype_name(dt)},
+                                      {"rows", out}});
         std::printf("wrote %s\n", json.c_str());
       }
     }

@@ -35,6 +35,7 @@
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 using namespace dltrain::data;
@@ -47,12 +48,11 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::vector<int> parse_threads(const std::string& s) {
+// "1,2,N" (N: the hardware threads), each item checked after parsing the flags.
+std::vector<int> parse_threads(const std::vector<std::string>& items) {
   std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
   const int hw = std::max(1u, std::thread::hardware_concurrency());
-  while (std::getline(ss, item, ',')) out.push_back(item == "N" ? hw : std::stoi(item));
+  for (const std::string& item : items) out.push_back(item == "N" ? hw : std::stoi(item));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -208,38 +208,28 @@ int main(int argc, char** argv) {
   std::string fashion = "/usr/share/datasets/fashion-mnist";
   int64_t images = 1000, size = 350, batch = 64;
   int epochs = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dataloader: missing value after %s\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--root")
-      root = next();
-    else if (k == "--images")
-      images = std::stoll(next());
-    else if (k == "--size")
-      size = std::stoll(next());
-    else if (k == "--batch")
-      batch = std::stoll(next());
-    else if (k == "--threads")
-      threads_arg = next();
-    else if (k == "--epochs")
-      epochs = std::stoi(next());
-    else if (k == "--fashion")
-      fashion = next();
-    else if (k == "--json")
-      json = next();
-    else {
-      std::fprintf(stderr,
-                   "usage: dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] "
-                   "[--threads 1,2,N] [--epochs 3] [--json PATH] [--fashion DIR]\n");
-      return 2;
-    }
-  }
+  std::vector<std::string> threads_list{"1", "2", "N"};
+  cli::Flags flags("dataloader",
+                   "The ImageFolder JPEG pipeline (RandomResizedCrop(224) + flip into u8 NHWC "
+                   "batches), images/s per worker-thread count; compare with "
+                   "benchmarks/peers/torchvision_dataloader.py.");
+  flags.group(cli::group::kBenchmark);
+  flags.add("--root", &root, "an ImageNet-style folder (empty: one is generated)")
+      .value_name("DIR");
+  flags.add("--images", &images, "images generated when --root is empty").positive();
+  flags.add("--size", &size, "mean shorter side of the generated images").positive();
+  flags.add("--batch", &batch, "images per batch").positive();
+  flags.add("--threads", &threads_list, "worker-thread counts to time (N: all hardware threads)")
+      .value_name("T,T,...");
+  flags.add("--epochs", &epochs, "epochs timed per thread count").positive();
+  flags.add("--fashion", &fashion, "the Fashion-MNIST files the generated images come from")
+      .value_name("DIR");
+  flags.add("--json", &json, "write the figures here").value_name("FILE.json");
+  flags.parse(argc, argv);
+  for (const std::string& t : threads_list)
+    if (t != "N" && (t.empty() || t.size() > 4 ||
+                     t.find_first_not_of("0123456789") != std::string::npos || std::stoi(t) < 1))
+      flags.fail("--threads: '" + t + "' is not a thread count (a positive whole number or N)");
   try {
     if (!jpeg_supported()) {
       std::fprintf(stderr,
@@ -280,7 +270,7 @@ int main(int argc, char** argv) {
     if (packed) std::printf(" %16s %16s", "packed workers", "packed pool");
     const bool gpu = cuda::is_available();
     std::printf(" %16s\n", gpu ? "into GPU img/s" : "GPU: no device");
-    for (int t : parse_threads(threads_arg)) {
+    for (int t : parse_threads(threads_list)) {
       set_num_threads(1);
       const double w = run(ds, batch, t, epochs);
       set_num_threads(t);
@@ -308,17 +298,18 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     if (!json.empty()) {
-      std::ofstream f(json);
-      f << "{\n  \"benchmark\": \"dataloader\",\n  \"root\": \"" << root
-        << "\",\n  \"images\": " << ds->size() << ",\n  \"batch\": " << batch
-        << ",\n  \"pipeline\": \"RandomResizedCrop(224)+RandomHorizontalFlip, u8 NHWC\","
-        << "\n  \"hardware_threads\": " << std::thread::hardware_concurrency()
-        << ",\n  \"results\": [\n";
-      for (size_t i = 0; i < results.size(); ++i)
-        f << "    {\"threads\": " << results[i].threads << ", \"mode\": \"" << results[i].mode
-          << "\", \"images_per_s\": " << results[i].images_per_s << "}"
-          << (i + 1 < results.size() ? ",\n" : "\n");
-      f << "  ]\n}\n";
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& r : results)
+        rows.push_back(
+            {{"threads", r.threads}, {"mode", r.mode}, {"images_per_s", r.images_per_s}});
+      cli::write_json_report(json,
+                             {{"benchmark", "dataloader"},
+                              {"root", root},
+                              {"images", ds->size()},
+                              {"batch", batch},
+                              {"pipeline", "RandomResizedCrop(224)+RandomHorizontalFlip, u8 NHWC"},
+                              {"hardware_threads", std::thread::hardware_concurrency()},
+                              {"results", rows}});
       std::printf("wrote %s\n", json.c_str());
     }
   } catch (const std::exception& e) {

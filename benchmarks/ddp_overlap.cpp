@@ -13,7 +13,6 @@
 // and reports the bytes each rank all-reduces per step and the communication time, f32 beside
 // the compressed one.
 #include <cstdio>
-#include <fstream>
 #include <optional>
 
 #include "dltrain/dltrain.hpp"
@@ -27,18 +26,28 @@ int main(int argc, char** argv) {
   int64_t size = 64, batch = 16, iters = 10, warmup = 3;
   double bucket_mb = 25.0;
   bool channels_last = false;
-  Flags f("ddp_overlap",
-          "[--arch resnet18] [--size 64] [--batch 16] [--iters 10] [--warmup 3] "
-          "[--bucket-mb 25] [--device cpu|cuda] [--channels-last] [--compression none|bf16|f16] "
-          "[--json PATH]");
-  f.add("--arch", &arch).add("--size", &size).add("--batch", &batch).add("--iters", &iters);
-  f.add("--warmup", &warmup).add("--device", &dev).add("--json", &json);
-  f.add("--bucket-mb", &bucket_mb).add_switch("--channels-last", &channels_last);
-  f.add("--compression", &compression);
+  cli::Flags f("ddp_overlap",
+               "How much of DDP's gradient communication is hidden behind backward (a ResNet's "
+               "backward alone, with overlapped DDP, with DDP after backward); run it under "
+               "mpirun or srun.");
+  f.group(cli::group::kBenchmark);
+  f.add("--arch", &arch, "torchvision ResNet name");
+  f.add("--size", &size, "image size").positive();
+  f.add("--batch", &batch, "images per rank").positive();
+  f.add("--iters", &iters, "timed iterations").positive();
+  f.add("--warmup", &warmup, "untimed iterations first").min(0);
+  f.add("--bucket-mb", &bucket_mb, "DDP bucket size in MiB").positive();
+  f.add("--compression", &compression, "also time DDP with this gradient compression")
+      .choices({"none", "bf16", "f16"});
+  f.group(cli::group::kDevice);
+  f.add("--device", &dev, "cpu (MPI) or cuda (NCCL)").choices({"cpu", "cuda"});
+  f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
+  f.group(cli::group::kCheckpoint);
+  f.add("--json", &json, "write the figures here").value_name("FILE.json");
   f.parse(argc, argv);
+  if (dev == "cuda" && !cuda::is_available())
+    f.fail("--device cuda: no CUDA device is visible; pass --device cpu");
   try {
-    DLTRAIN_CHECK(compression == "none" || compression == "bf16" || compression == "f16",
-                  "--compression must be none, bf16 or f16, got '", compression, "'");
     const std::optional<DType> wire = compression == "bf16"  ? std::optional<DType>(DType::bf16)
                                       : compression == "f16" ? std::optional<DType>(DType::f16)
                                                              : std::nullopt;
@@ -139,26 +148,30 @@ int main(int argc, char** argv) {
             (full.wire_bytes - comp->wire_bytes) / (1 << 20), comp->comm(alone) * 1e3, comm * 1e3,
             (comm - comp->comm(alone)) * 1e3, 100 * comp->hidden(alone));
       if (!json.empty()) {
-        std::ofstream js(json);
-        DLTRAIN_CHECK(js.good(), "cannot write --json file '", json, "'");
-        js << "{\n  \"benchmark\": \"ddp_overlap\",\n  \"arch\": \"" << arch
-           << "\",\n  \"size\": " << size << ",\n  \"batch_per_rank\": " << batch
-           << ",\n  \"ranks\": " << g.size() << ",\n  \"backend\": \"" << g.backend()
-           << "\",\n  \"device\": \"" << d.str()
-           << "\",\n  \"threads_per_rank\": " << get_num_threads()
-           << ",\n  \"gradient_mib\": " << grad_mb << ",\n  \"buckets\": " << buckets
-           << ",\n  \"backward_ms\": {\"alone\": " << alone * 1e3
-           << ", \"ddp_overlap\": " << overlap * 1e3 << ", \"ddp_after\": " << after * 1e3
-           << "},\n  \"hidden_fraction\": " << hidden
-           << ",\n  \"allreduce_bytes\": " << full.wire_bytes;
+        nlohmann::json report = {
+            {"benchmark", "ddp_overlap"},
+            {"arch", arch},
+            {"size", size},
+            {"batch_per_rank", batch},
+            {"ranks", g.size()},
+            {"backend", g.backend()},
+            {"device", d.str()},
+            {"threads_per_rank", get_num_threads()},
+            {"gradient_mib", grad_mb},
+            {"buckets", buckets},
+            {"backward_ms",
+             {{"alone", alone * 1e3}, {"ddp_overlap", overlap * 1e3}, {"ddp_after", after * 1e3}}},
+            {"hidden_fraction", hidden},
+            {"allreduce_bytes", full.wire_bytes}};
         if (comp)
-          js << ",\n  \"compression\": {\"dtype\": \"" << compression
-             << "\", \"allreduce_bytes\": " << comp->wire_bytes
-             << ", \"backward_ms\": {\"ddp_overlap\": " << comp->overlap * 1e3
-             << ", \"ddp_after\": " << comp->after * 1e3
-             << "}, \"communication_ms\": " << comp->comm(alone) * 1e3
-             << ", \"hidden_fraction\": " << comp->hidden(alone) << "}";
-        js << "\n}\n";
+          report["compression"] = {
+              {"dtype", compression},
+              {"allreduce_bytes", comp->wire_bytes},
+              {"backward_ms",
+               {{"ddp_overlap", comp->overlap * 1e3}, {"ddp_after", comp->after * 1e3}}},
+              {"communication_ms", comp->comm(alone) * 1e3},
+              {"hidden_fraction", comp->hidden(alone)}};
+        cli::write_json_report(json, report);
         std::printf("wrote %s\n", json.c_str());
       }
     }

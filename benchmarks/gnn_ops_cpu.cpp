@@ -10,13 +10,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 
@@ -47,19 +47,15 @@ Tensor leaf(const Shape& s) {
 int main(int argc, char** argv) {
   int threads = 2, iters = 20;
   std::string json;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc)
-      threads = std::atoi(argv[++i]);
-    else if (a == "--iters" && i + 1 < argc)
-      iters = std::atoi(argv[++i]);
-    else if (a == "--json" && i + 1 < argc)
-      json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: gnn_ops_cpu [--threads N] [--iters N] [--json PATH]\n");
-      return 2;
-    }
-  }
+  cli::Flags flags("gnn_ops_cpu",
+                   "The GNN ops (segment sum/max/softmax, index_add, sort, topk, cumsum, "
+                   "logsumexp, norm), forward + backward, median ms per case; compare with "
+                   "benchmarks/peers/pytorch_gnn_ops_cpu.py.");
+  flags.group(cli::group::kBenchmark);
+  flags.add("--threads", &threads, "CPU threads").positive();
+  flags.add("--iters", &iters, "timed iterations per case (the median is reported)").positive();
+  flags.add("--json", &json, "write the figures here").value_name("FILE.json");
+  flags.parse(argc, argv);
   set_num_threads(threads);
   manual_seed(0);
   std::vector<std::pair<std::string, double>> results;
@@ -85,11 +81,9 @@ int main(int argc, char** argv) {
   run("logsumexp 256x4096 dim -1", [&] { sum(logsumexp(c, {-1})).backward(); });
   run("norm 2 256x4096 dim -1", [&] { sum(norm(c, 2, {-1})).backward(); });
   if (!json.empty()) {
-    std::ofstream f(json);
-    f << "{\"threads\": " << threads << ", \"cases\": {";
-    for (size_t i = 0; i < results.size(); ++i)
-      f << (i ? ", " : "") << '"' << results[i].first << "\": " << results[i].second;
-    f << "}}\n";
+    nlohmann::json cases = nlohmann::json::object();
+    for (const auto& [case_name, ms] : results) cases[case_name] = ms;
+    cli::write_json_report(json, {{"threads", threads}, {"cases", cases}});
   }
   return 0;
 }

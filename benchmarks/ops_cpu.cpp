@@ -11,11 +11,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 
@@ -77,14 +77,6 @@ struct Row {
   double fwd_ms, bwd_ms, ms, gflops;
 };
 
-void usage_error(const std::string& msg) {
-  std::fprintf(stderr,
-               "ops_cpu: %s\nusage: ops_cpu [--threads N] [--iters N] [--shapes full|quick] "
-               "[--batch N] [--gemm N] [--json PATH]\n",
-               msg.c_str());
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,30 +84,19 @@ int main(int argc, char** argv) {
   int64_t batch = 8, gemm_n = 2048;
   bool quick = false;
   std::string json;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--threads")
-      threads = std::stoi(next());
-    else if (a == "--iters")
-      iters = std::stoi(next());
-    else if (a == "--batch")
-      batch = std::stoll(next());
-    else if (a == "--gemm")
-      gemm_n = std::stoll(next());
-    else if (a == "--json")
-      json = next();
-    else if (a == "--shapes") {
-      const std::string s = next();
-      if (s != "quick" && s != "full") usage_error("--shapes takes quick or full");
-      quick = s == "quick";
-    } else
-      usage_error("unknown argument " + a);
-  }
-  if (threads < 1 || iters < 1) usage_error("--threads and --iters must be >= 1");
+  std::string shapes = "full";
+  cli::Flags flags("ops_cpu",
+                   "conv2d (ResNet-50 shapes) and GEMM timings on the CPU, forward and backward; "
+                   "compare with benchmarks/peers/pytorch_ops_cpu.py.");
+  flags.group(cli::group::kBenchmark);
+  flags.add("--threads", &threads, "CPU threads").positive();
+  flags.add("--iters", &iters, "timed iterations per case (the median is reported)").positive();
+  flags.add("--shapes", &shapes, "all ResNet-50 convolutions or a few").choices({"full", "quick"});
+  flags.add("--batch", &batch, "images per convolution").positive();
+  flags.add("--gemm", &gemm_n, "size N of the N x N GEMM").positive();
+  flags.add("--json", &json, "write the figures here").value_name("FILE.json");
+  flags.parse(argc, argv);
+  quick = shapes == "quick";
   set_num_threads(threads);
 
   std::vector<Row> rows;
@@ -178,20 +159,19 @@ int main(int argc, char** argv) {
   std::printf("%-22s %-26s %9s %9s %9.2f\n", "conv total", "", "", "", total);
 
   if (!json.empty()) {
-    std::ofstream out(json);
-    if (!out) {
-      std::fprintf(stderr, "ops_cpu: cannot write %s\n", json.c_str());
-      return 1;
-    }
-    out << "{\n  \"impl\": \"dltrain\",\n  \"threads\": " << threads << ",\n  \"iters\": " << iters
-        << ",\n  \"batch\": " << batch << ",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      out << "    {\"name\": \"" << r.name << "\", \"shape\": \"" << r.shape
-          << "\", \"fwd_ms\": " << r.fwd_ms << ", \"bwd_ms\": " << r.bwd_ms << ", \"ms\": " << r.ms
-          << ", \"gflops\": " << r.gflops << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-    }
-    out << "  ]\n}\n";
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& r : rows)
+      out.push_back({{"name", r.name},
+                     {"shape", r.shape},
+                     {"fwd_ms", r.fwd_ms},
+                     {"bwd_ms", r.bwd_ms},
+                     {"ms", r.ms},
+                     {"gflops", r.gflops}});
+    cli::write_json_report(json, {{"impl", "dltrain"},
+                                  {"threads", threads},
+                                  {"iters", iters},
+                                  {"batch", batch},
+                                  {"rows", out}});
   }
   return 0;
 }

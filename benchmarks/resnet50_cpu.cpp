@@ -13,12 +13,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 using Clock = std::chrono::steady_clock;
@@ -38,40 +38,23 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool channels_last = false, amp_on = false;
   std::string json, arch = "resnet50";
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "resnet50_cpu: missing value after %s\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--batch")
-      batch = std::stoll(next());
-    else if (k == "--size")
-      size = std::stoll(next());
-    else if (k == "--iters")
-      iters = std::stoll(next());
-    else if (k == "--warmup")
-      warmup = std::stoll(next());
-    else if (k == "--threads")
-      threads = std::stoi(next());
-    else if (k == "--arch")
-      arch = next();
-    else if (k == "--channels-last")
-      channels_last = true;
-    else if (k == "--amp")
-      amp_on = true;
-    else if (k == "--json")
-      json = next();
-    else {
-      std::fprintf(stderr,
-                   "usage: resnet50_cpu [--batch N] [--size N] [--iters N] [--warmup N] "
-                   "[--threads N] [--arch resnet50] [--channels-last] [--amp] [--json PATH]\n");
-      return 2;
-    }
-  }
+  cli::Flags flags("resnet50_cpu",
+                   "ResNet training-step time on the CPU (forward+loss, backward, optimizer step, "
+                   "median ms, img/s) on synthetic data; compare with "
+                   "benchmarks/peers/pytorch_resnet50_cpu.py.");
+  flags.group(cli::group::kBenchmark);
+  flags.add("--arch", &arch, "torchvision ResNet name");
+  flags.add("--batch", &batch, "images per step").positive();
+  flags.add("--size", &size, "image size").positive();
+  flags.add("--iters", &iters, "timed steps").positive();
+  flags.add("--warmup", &warmup, "untimed steps first").min(0);
+  flags.group(cli::group::kDevice);
+  flags.add("--threads", &threads, "CPU threads (0: DLTRAIN_NUM_THREADS or all cores)").min(0);
+  flags.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
+  flags.add_switch("--amp", &amp_on, "bf16 autocast");
+  flags.group(cli::group::kCheckpoint);
+  flags.add("--json", &json, "write the figures here").value_name("FILE.json");
+  flags.parse(argc, argv);
   try {
     if (threads > 0) set_num_threads(threads);
     manual_seed(0);
@@ -113,14 +96,18 @@ int main(int argc, char** argv) {
         "forward+loss", median(fwd), "backward", median(bwd), "optimizer step", median(stp),
         "total", median(tot), "throughput", img_s);
     if (!json.empty()) {
-      std::ofstream js(json);
-      DLTRAIN_CHECK(js.good(), "cannot write --json file '", json, "'");
-      js << "{\"framework\": \"dltrain\", \"arch\": \"" << arch << "\", \"batch\": " << batch
-         << ", \"size\": " << size << ", \"threads\": " << get_num_threads()
-         << ", \"channels_last\": " << (channels_last ? "true" : "false")
-         << ", \"amp\": " << (amp_on ? "\"bf16\"" : "null") << ", \"forward_ms\": " << median(fwd)
-         << ", \"backward_ms\": " << median(bwd) << ", \"step_ms\": " << median(stp)
-         << ", \"total_ms\": " << median(tot) << ", \"img_per_s\": " << img_s << "}\n";
+      cli::write_json_report(json, {{"framework", "dltrain"},
+                                    {"arch", arch},
+                                    {"batch", batch},
+                                    {"size", size},
+                                    {"threads", get_num_threads()},
+                                    {"channels_last", channels_last},
+                                    {"amp", amp_on ? nlohmann::json("bf16") : nlohmann::json()},
+                                    {"forward_ms", median(fwd)},
+                                    {"backward_ms", median(bwd)},
+                                    {"step_ms", median(stp)},
+                                    {"total_ms", median(tot)},
+                                    {"img_per_s", img_s}});
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "resnet50_cpu: error: %s\n", e.what());

@@ -23,12 +23,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 
@@ -51,97 +51,39 @@ struct Result {
   std::string error;       // non-empty when the configuration failed
 };
 
-constexpr const char* kUsage =
-    "usage: resnet50_synthetic [--batch-sizes 64,128,256] [--modes forward,train] [--warmup N]\n"
-    "                          [--iters N] [--depth 18|34|50|101|152] [--size 224] [--device N]\n"
-    "                          [--no-tf32] [--cudnn-benchmark | --no-cudnn-benchmark]\n"
-    "                          [--channels-last] [--json PATH]\n";
-
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "resnet50_synthetic: %s\n%s", msg.c_str(), kUsage);
+  std::fprintf(stderr,
+               "resnet50_synthetic: error: %s\nRun 'resnet50_synthetic --help' for the flags "
+               "and their defaults.\n",
+               msg.c_str());
   std::exit(2);
-}
-
-int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < min)
-    usage_error(flag + " wants an integer >= " + std::to_string(min) + ", got '" + s + "'");
-  return v;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error("missing value after " + k);
-      return argv[++i];
-    };
-    if (k == "--batch-sizes") {
-      a.batch_sizes.clear();
-      for (const auto& b : split(next())) a.batch_sizes.push_back(parse_int(k, b, 1));
-      if (a.batch_sizes.empty()) usage_error("--batch-sizes is empty");
-    } else if (k == "--modes") {
-      a.modes = split(next());
-      for (const auto& m : a.modes)
-        if (m != "forward" && m != "train") usage_error("unknown mode '" + m + "'");
-      if (a.modes.empty()) usage_error("--modes is empty");
-    } else if (k == "--warmup") {
-      a.warmup = parse_int(k, next(), 0);
-    } else if (k == "--iters") {
-      a.iters = parse_int(k, next(), 1);
-    } else if (k == "--depth") {
-      a.depth = parse_int(k, next(), 1);
-      if (a.depth != 18 && a.depth != 34 && a.depth != 50 && a.depth != 101 && a.depth != 152)
-        usage_error("--depth wants 18, 34, 50, 101 or 152");
-    } else if (k == "--size") {
-      a.size = parse_int(k, next(), 32);
-    } else if (k == "--device") {
-      a.device = static_cast<int>(parse_int(k, next(), 0));
-    } else if (k == "--no-tf32") {
-      a.tf32 = false;
-    } else if (k == "--cudnn-benchmark") {
-      a.cudnn_benchmark = true;
-    } else if (k == "--no-cudnn-benchmark") {
-      a.cudnn_benchmark = false;
-    } else if (k == "--channels-last") {
-      a.channels_last = true;
-    } else if (k == "--json") {
-      a.json = next();
-    } else if (k == "--help" || k == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      usage_error("unknown argument '" + k + "'");
-    }
-  }
+  cli::Flags f("resnet50_synthetic",
+               "The convnet-benchmark protocol on one GPU: synthetic data already on the device, "
+               "forward and training-step ms/iter, img/s and peak memory per batch size; compare "
+               "with benchmarks/peers/pytorch_resnet50.py.");
+  f.group(cli::group::kBenchmark);
+  f.add("--batch-sizes", &a.batch_sizes, "batch sizes to time").positive();
+  f.add("--modes", &a.modes, "what to time").choices({"forward", "train"});
+  f.add("--warmup", &a.warmup, "untimed iterations first").min(0);
+  f.add("--iters", &a.iters, "timed iterations").positive();
+  f.add("--depth", &a.depth, "ResNet depth: 18, 34, 50, 101 or 152");
+  f.add("--size", &a.size, "image size").min(32);
+  f.group(cli::group::kDevice);
+  f.add("--device", &a.device, "CUDA device index").min(0);
+  f.add_switch("--tf32", &a.tf32, "TF32 tensor-core math for f32", /*negatable=*/true);
+  f.add_switch("--cudnn-benchmark", &a.cudnn_benchmark, "cuDNN picks the fastest algorithms",
+               /*negatable=*/true);
+  f.add_switch("--channels-last", &a.channels_last, "channels-last (NHWC) memory format");
+  f.group(cli::group::kCheckpoint);
+  f.add("--json", &a.json, "write the figures here").value_name("FILE.json");
+  f.parse(argc, argv);
+  if (a.depth != 18 && a.depth != 34 && a.depth != 50 && a.depth != 101 && a.depth != 152)
+    f.fail("--depth: '" + std::to_string(a.depth) + "' is not 18, 34, 50, 101 or 152");
   return a;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string device_name(int device) {
@@ -225,37 +167,34 @@ Result run_config(const Args& a, int64_t batch, const std::string& mode, const T
 
 void write_json(const Args& a, const std::string& device, const std::string& skipped,
                 const std::vector<Result>& results) {
-  std::ofstream js(a.json);
-  DLTRAIN_CHECK(js.good(), "resnet50_synthetic: cannot write --json file '", a.json, "'");
-  js << "{\n  \"benchmark\": \"resnet50_synthetic\",\n  \"framework\": "
-     << json_string(std::string("dltrain ") + kVersion) << ",\n  \"arch\": \"resnet" << a.depth
-     << "\",\n  \"device\": " << json_string(device) << ",\n  \"image_size\": " << a.size
-     << ",\n  \"warmup\": " << a.warmup << ",\n  \"iters\": " << a.iters
-     << ",\n  \"tf32\": " << (a.tf32 ? "true" : "false")
-     << ",\n  \"cudnn_benchmark\": " << (a.cudnn_benchmark ? "true" : "false")
-     << ",\n  \"channels_last\": " << (a.channels_last ? "true" : "false");
-  if (!skipped.empty()) js << ",\n  \"skipped\": " << json_string(skipped);
-  js << ",\n  \"results\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
-    js << (i ? ",\n" : "\n") << "    {\"batch\": " << r.batch << ", \"mode\": \"" << r.mode << "\"";
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Result& r : results) {
+    nlohmann::json row = {{"batch", r.batch}, {"mode", r.mode}};
     if (!r.error.empty()) {
-      js << ", \"error\": " << json_string(r.error) << "}";
-      continue;
+      row["error"] = r.error;
+    } else {
+      row.update({{"ms_per_iter", r.ms_per_iter},
+                  {"median_ms", r.median_ms},
+                  {"wall_ms_per_iter", r.wall_ms_per_iter},
+                  {"img_per_s", r.img_per_s},
+                  {"peak_mib", r.peak_mib}});
+      if (r.mode == "train") row["last_loss"] = r.last_loss;  // a diverged loss: null + warning
     }
-    js << ", \"ms_per_iter\": " << r.ms_per_iter << ", \"median_ms\": " << r.median_ms
-       << ", \"wall_ms_per_iter\": " << r.wall_ms_per_iter << ", \"img_per_s\": " << r.img_per_s
-       << ", \"peak_mib\": " << r.peak_mib;
-    if (r.mode == "train") {
-      js << ", \"last_loss\": ";
-      if (std::isfinite(r.last_loss))
-        js << r.last_loss;
-      else
-        js << "null";  // JSON has no NaN; a diverged loss shows as null
-    }
-    js << "}";
+    rows.push_back(row);
   }
-  js << (results.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  nlohmann::json report = {{"benchmark", "resnet50_synthetic"},
+                           {"framework", std::string("dltrain ") + kVersion},
+                           {"arch", "resnet" + std::to_string(a.depth)},
+                           {"device", device},
+                           {"image_size", a.size},
+                           {"warmup", a.warmup},
+                           {"iters", a.iters},
+                           {"tf32", a.tf32},
+                           {"cudnn_benchmark", a.cudnn_benchmark},
+                           {"channels_last", a.channels_last}};
+  if (!skipped.empty()) report["skipped"] = skipped;
+  report["results"] = rows;
+  cli::write_json_report(a.json, report);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ set -euo pipefail
 
 pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
       libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist
-      nlohmann-json3-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv python3-pip
+      nlohmann-json3-dev libcli11-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv python3-pip
       python3-matplotlib  # tools/dltrain-plot
       lua5.4  # luac -p on the Lmod modulefile (tests/packaging)
       clang-14 libclang-rt-14-dev)  # clang: the sanitizer + libFuzzer tree (scripts/sanitize.sh)

@@ -22,6 +22,7 @@
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/file_format.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 
@@ -185,47 +186,39 @@ int compare(const std::string& a_path, const std::string& b_path, const std::str
   return problems ? 1 : 0;
 }
 
-[[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: dltrain-convert list FILE\n"
-               "       dltrain-convert convert IN OUT [--section model|optimizer|scheduler]\n"
-               "       dltrain-convert compare A B [--rtol X] [--atol X] [--section S]\n"
-               "formats: .pth (torch.save state dict, read only), .safetensors, .h5 (dltrain "
-               "checkpoint)\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) usage();
-  const std::string cmd = argv[1];
-  std::vector<std::string> pos;
+  std::string file, in, out, a, b;
   std::string section = "model";
   double rtol = 0.0, atol = 0.0;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if ((a == "--section" || a == "--rtol" || a == "--atol") && i + 1 < argc) {
-      std::string v = argv[++i];
-      if (a == "--section")
-        section = v;
-      else if (a == "--rtol")
-        rtol = std::stod(v);
-      else
-        atol = std::stod(v);
-    } else if (a.rfind("--", 0) == 0) {
-      usage();
-    } else {
-      pos.push_back(a);
-    }
-  }
+  const std::vector<std::string> sections{"model", "optimizer", "scheduler"};
+  cli::Flags f("dltrain-convert",
+               "Moves weights between PyTorch's torch.save files (.pth, read only), safetensors "
+               "and dltrain's HDF5 checkpoints (.h5), lists a file's tensors, compares two "
+               "files. Input formats are recognised by content; the output's by its extension. "
+               "Exit status: 0 on success, 1 on differences, 2 on usage errors or unreadable "
+               "files.");
+  f.require_subcommand();
+  cli::Flags& list_cmd = f.subcommand("list", "list the tensors of FILE");
+  list_cmd.add("FILE", &file, "a .pth, .safetensors or .h5 file").required();
+  cli::Flags& convert_cmd = f.subcommand("convert", "convert IN to OUT (.safetensors or .h5)");
+  convert_cmd.add("IN", &in, "the file to read").required();
+  convert_cmd.add("OUT", &out, "the file to write (.safetensors, .h5 or .hdf5)").required();
+  convert_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
+  cli::Flags& compare_cmd = f.subcommand("compare", "compare the tensors of A and B");
+  compare_cmd.add("A", &a, "first file").required();
+  compare_cmd.add("B", &b, "second file").required();
+  compare_cmd.add("--rtol", &rtol, "relative tolerance").min(0);
+  compare_cmd.add("--atol", &atol, "absolute tolerance").min(0);
+  compare_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
+  f.parse(argc, argv);
   try {
-    if (cmd == "list" && pos.size() == 1) return list(pos[0]);
-    if (cmd == "convert" && pos.size() == 2) return convert(pos[0], pos[1], section);
-    if (cmd == "compare" && pos.size() == 2) return compare(pos[0], pos[1], section, rtol, atol);
+    if (list_cmd.chosen()) return list(file);
+    if (convert_cmd.chosen()) return convert(in, out, section);
+    return compare(a, b, section, rtol, atol);
   } catch (const Error& e) {
     std::fprintf(stderr, "dltrain-convert: error: %s\n", e.what());
     return 2;
   }
-  usage();
 }

@@ -12,68 +12,29 @@
 
 #include "dltrain/data/image_folder.hpp"
 #include "dltrain/data/vision.hpp"
-
-namespace {
-
-void usage() {
-  std::fprintf(stderr,
-               "usage: dltrain-make-images OUT_DIR [--classes 10] [--per-class 50] [--size 256]\n"
-               "                           [--seed 0] [--val] [--quality 90] "
-               "[--fashion-root DIR]\n"
-               "Writes OUT_DIR/n0000000<c>_<name>/n0000000<c>_<k>.JPEG: per class, per-class\n"
-               "Fashion-MNIST images of that class (train split, or test split with --val),\n"
-               "upscaled to a random shorter side in [0.75, 1.25] x size with a random aspect\n"
-               "ratio in [3/4, 4/3], colourised per image.\n");
-}
-
-}  // namespace
+#include "examples/common/cli.hpp"
 
 int main(int argc, char** argv) {
   std::string out_dir, fashion = "/usr/share/datasets/fashion-mnist";
   dltrain::data::MakeImageFolderOptions o;
   bool val = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dltrain-make-images: missing value after %s\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    try {
-      if (k == "--classes")
-        o.classes = std::stoll(next());
-      else if (k == "--per-class")
-        o.per_class = std::stoll(next());
-      else if (k == "--size")
-        o.size = std::stoll(next());
-      else if (k == "--seed")
-        o.seed = std::stoull(next());
-      else if (k == "--quality")
-        o.quality = std::stoi(next());
-      else if (k == "--fashion-root")
-        fashion = next();
-      else if (k == "--val")
-        val = true;
-      else if (k == "-h" || k == "--help") {
-        usage();
-        return 0;
-      } else if (!k.empty() && k[0] != '-' && out_dir.empty())
-        out_dir = k;
-      else {
-        usage();
-        return 2;
-      }
-    } catch (const std::logic_error&) {  // std::stoll on a non-number
-      std::fprintf(stderr, "dltrain-make-images: %s needs a number\n", k.c_str());
-      return 2;
-    }
-  }
-  if (out_dir.empty()) {
-    usage();
-    return 2;
-  }
+  dltrain::cli::Flags f(
+      "dltrain-make-images",
+      "Writes OUT_DIR/n0000000<c>_<name>/n0000000<c>_<k>.JPEG: per class, --per-class "
+      "Fashion-MNIST images of that class (train split, or test split with --val), upscaled to a "
+      "random shorter side in [0.75, 1.25] x --size with a random aspect ratio in [3/4, 4/3], "
+      "colourised per image.");
+  f.add("OUT_DIR", &out_dir, "the folder to write").required();
+  f.group("Images");
+  f.add("--classes", &o.classes, "classes (Fashion-MNIST has 10)").min(1);
+  f.add("--per-class", &o.per_class, "images per class").positive();
+  f.add("--size", &o.size, "mean shorter side in pixels").positive();
+  f.add("--seed", &o.seed, "seed of the sizes, crops and colours");
+  f.add("--quality", &o.quality, "JPEG quality (1-100)").min(1);
+  f.add_switch("--val", &val, "take the test split (a validation folder)");
+  f.add("--fashion-root", &fashion, "the Fashion-MNIST IDX files").value_name("DIR");
+  f.parse(argc, argv);
+  if (o.quality > 100) f.fail("--quality: '" + std::to_string(o.quality) + "' must be <= 100");
   try {
     const auto t0 = std::chrono::steady_clock::now();
     // Pixels stay in [0, 1] (no normalisation): write_image_folder rescales them to u8.

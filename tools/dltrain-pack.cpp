@@ -12,21 +12,9 @@
 #include <string>
 
 #include "dltrain/data/packed.hpp"
+#include "examples/common/cli.hpp"
 
 namespace {
-
-void usage() {
-  std::fprintf(
-      stderr,
-      "usage: dltrain-pack IMAGE_DIR OUT_PREFIX [--max-side 512] [--quality 90]\n"
-      "                    [--per-shard 1024] [--threads N] [--resume] [--skip-corrupt]\n"
-      "       dltrain-pack --list PREFIX\n"
-      "Writes OUT_PREFIX-00000.h5, ... (JPEG bytes, labels, offsets, source paths) and\n"
-      "OUT_PREFIX-index.h5 (written last). Images whose longer side exceeds --max-side are\n"
-      "resized to it and re-encoded at --quality (0 keeps every image's bytes). --resume keeps\n"
-      "the shards an earlier, interrupted run of the same command completed. --skip-corrupt\n"
-      "leaves undecodable files out (counted) instead of stopping.\n");
-}
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -68,52 +56,34 @@ int list(const std::string& prefix) {
 int main(int argc, char** argv) {
   std::string root, prefix, list_prefix;
   dltrain::data::PackOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dltrain-pack: missing value after %s\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    try {
-      if (k == "--max-side")
-        o.max_side = std::stoll(next());
-      else if (k == "--quality")
-        o.quality = std::stoi(next());
-      else if (k == "--per-shard")
-        o.images_per_shard = std::stoll(next());
-      else if (k == "--threads")
-        o.num_threads = std::stoll(next());
-      else if (k == "--resume")
-        o.resume = true;
-      else if (k == "--skip-corrupt")
-        o.on_corrupt = dltrain::data::CorruptPolicy::Skip;
-      else if (k == "--list")
-        list_prefix = next();
-      else if (k == "-h" || k == "--help") {
-        usage();
-        return 0;
-      } else if (!k.empty() && k[0] != '-' && root.empty())
-        root = k;
-      else if (!k.empty() && k[0] != '-' && prefix.empty())
-        prefix = k;
-      else {
-        usage();
-        return 2;
-      }
-    } catch (const std::logic_error&) {  // std::stoll on a non-number
-      std::fprintf(stderr, "dltrain-pack: %s needs a number\n", k.c_str());
-      return 2;
-    }
-  }
+  bool skip_corrupt = false;
+  dltrain::cli::Flags f(
+      "dltrain-pack",
+      "Writes OUT_PREFIX-00000.h5, ... (JPEG bytes, labels, offsets, source paths) and "
+      "OUT_PREFIX-index.h5 (written last) from an image folder (one sub-folder per class); or "
+      "lists a pack with --list PREFIX.");
+  f.add("IMAGE_DIR", &root, "the image folder (IMAGE_DIR/<class>/*.JPEG)");
+  f.add("OUT_PREFIX", &prefix, "the pack's path prefix");
+  f.group("Packing");
+  f.add("--max-side", &o.max_side,
+        "images with a longer side are resized to it and re-encoded (0 keeps every image's bytes)")
+      .min(0);
+  f.add("--quality", &o.quality, "JPEG quality of re-encoded images (1-100)").min(1);
+  f.add("--per-shard", &o.images_per_shard, "images per shard file").positive();
+  f.add("--threads", &o.num_threads, "decode/encode threads (0: all cores)").min(0);
+  f.add_switch("--resume", &o.resume,
+               "keep the shards an earlier, interrupted run of the same command completed");
+  f.add_switch("--skip-corrupt", &skip_corrupt,
+               "leave undecodable files out (counted) instead of stopping");
+  f.group("Listing");
+  f.add("--list", &list_prefix, "list the pack at PREFIX instead of packing").value_name("PREFIX");
+  f.parse(argc, argv);
+  if (o.quality > 100) f.fail("--quality: '" + std::to_string(o.quality) + "' must be <= 100");
+  if (skip_corrupt) o.on_corrupt = dltrain::data::CorruptPolicy::Skip;
+  if (list_prefix.empty() && (root.empty() || prefix.empty()))
+    f.fail("IMAGE_DIR and OUT_PREFIX are required (or --list PREFIX)");
   try {
     if (!list_prefix.empty()) return list(list_prefix);
-    if (root.empty() || prefix.empty()) {
-      usage();
-      return 2;
-    }
     o.on_progress = [](const dltrain::data::PackProgress& p) {
       const double rate = p.seconds > 0 ? static_cast<double>(p.images_done) / p.seconds : 0;
       std::printf("shard %lld/%lld%s  images %lld/%lld  %.0f images/s  %.0f s\n",

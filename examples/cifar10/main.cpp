@@ -29,39 +29,36 @@ using namespace dltrain::examples;
 
 namespace {
 
-struct Args {
-  std::string data, arch = "resnet18", json;
-  int64_t batch_size = 128, epochs = 30, test_nsteps = 50;
-  double lr = 0.1, wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
-  bool test = false;
-  uint64_t seed = 0;
-  int threads = 0;
+struct Args : CommonFlags {
+  std::string arch = "resnet18";
+  double wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
   PrecisionFlags prec;
   ProfileFlags prof;
 };
 
-// Parses the flags into an Args (exits with the usage line on a bad one).
+// Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
 Args parse(int argc, char** argv) {
   Args a;
-  Flags f("cifar10",
-          "--data DIR [--arch resnet18] [--batch-size N] [--epochs N] [--lr X] "
-          "[--wd X] [--mom X] [--label-smoothing X] [--channels-last] [--seed N] "
-          "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--amp] "
-          "[--amp-dtype f16|bf16] [--profile FILE.json [--profile-steps N] [--profile-warmup N] "
-          "[--profile-shapes]]");
-  f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
-  f.add("--epochs", &a.epochs).add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom);
-  f.add("--label-smoothing", &a.label_smoothing).add("--seed", &a.seed);
-  f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
-  f.add_switch("--test", &a.test);
+  a.epochs = 30;
+  cli::Flags f("cifar10",
+               "CIFAR-10 with a CIFAR ResNet (random crop + flip, SGD nesterov, OneCycle, label "
+               "smoothing) on the CPU: test accuracy per epoch.");
+  a.add_training(f);
+  f.add("--arch", &a.arch, "torchvision ResNet name with the CIFAR stem (resnet18, ...)");
+  f.add("--wd", &a.wd, "weight decay").min(0);
+  f.add("--mom", &a.mom, "momentum (nesterov)").min(0);
+  f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
+  a.add_test(f);
+  a.add_data(f, "the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin)").required();
+  f.group(cli::group::kDevice);
+  f.add("--threads", &a.threads, "CPU threads (0: DLTRAIN_NUM_THREADS or all cores)").min(0);
   a.prec.add_to(f);
+  a.add_report(f, /*with_metrics=*/false);
   a.prof.add_to(f);
   f.parse(argc, argv);
+  a.check(f);
   a.prec.check(f);
   a.prof.check(f);
-  if (a.data.empty()) f.fail("--data DIR is required (the CIFAR-10 binary version)");
-  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
-    f.fail("--batch-size, --epochs and --test-nsteps must be positive");
   return a;
 }
 
@@ -139,15 +136,13 @@ int main(int argc, char** argv) {
     ScaleLog scale_log;
     Generator aug_gen(a.seed + 1);
 
-    std::ofstream js;
-    if (!a.json.empty()) {
-      js.open(a.json);
-      DLTRAIN_CHECK(js.good(), "cannot write --json file '", a.json, "'");
-      js << "{\"framework\": \"dltrain\", \"arch\": \"" << a.arch << "\", \"precision\": \""
-         << a.prec.precision(device) << "\", \"layout\": \"" << a.prec.layout()
-         << "\", \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
-         << ", \"epochs\": [";
-    }
+    // The report is rewritten at each epoch end, so an interrupted run leaves valid JSON.
+    nlohmann::json report = {{"framework", "dltrain"},
+                             {"arch", a.arch},
+                             {"precision", a.prec.precision(device)},
+                             {"layout", a.prec.layout()},
+                             {"loss_scaling", scaler.is_enabled()},
+                             {"epochs", nlohmann::json::array()}};
     int64_t step = 0;
     StepProfiler profiler(a.prof, true);  // --profile: a few steps after warm-up
     for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
@@ -208,14 +203,15 @@ int main(int argc, char** argv) {
           static_cast<long long>(epoch + 1), static_cast<long long>(a.epochs), train_time,
           loss_sum / static_cast<double>(nb), test_loss / static_cast<double>(count), acc, ips);
       std::fflush(stdout);
-      if (js.is_open()) {
-        js << (epoch ? ", " : "") << "{\"epoch\": " << epoch + 1 << ", \"time_s\": " << train_time
-           << ", \"train_loss\": " << loss_sum / static_cast<double>(nb)
-           << ", \"test_acc\": " << acc << ", \"img_per_s\": " << ips << "}";
-      }
+      report["epochs"].push_back({{"epoch", epoch + 1},
+                                  {"time_s", train_time},
+                                  {"train_loss", loss_sum / static_cast<double>(nb)},
+                                  {"test_acc", acc},
+                                  {"img_per_s", ips}});
+      if (!a.json.empty()) cli::write_json_report(a.json, report);
       if (step >= total) break;
     }
-    if (js.is_open()) js << "]}\n";
+    if (!a.json.empty()) std::printf("wrote %s\n", a.json.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "cifar10: error: %s\n", e.what());
     return 1;

@@ -3,7 +3,7 @@
 // cannot be downloaded. Class k images are noise around a class-specific colour and
 // stripe pattern, so a model can learn them.
 //
-//   cifar10_synthetic DIR [images-per-file = 64] [seed = 0]
+//   cifar10_synthetic DIR [IMAGES_PER_FILE = 64] [SEED = 0]   (--help lists them)
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -11,17 +11,21 @@
 
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
+#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: cifar10_synthetic DIR [images-per-file] [seed]\n");
-    return 2;
-  }
-  std::string dir = argv[1];
-  int64_t n = argc > 2 ? std::stoll(argv[2]) : 64;
-  uint64_t seed = argc > 3 ? std::stoull(argv[3]) : 0;
+  std::string dir;
+  int64_t n = 64;
+  uint64_t seed = 0;
+  cli::Flags f("cifar10_synthetic",
+               "Writes a learnable synthetic dataset in the CIFAR-10 binary format "
+               "(data_batch_1..5.bin, test_batch.bin) for the cifar10 example.");
+  f.add("DIR", &dir, "output folder").required();
+  f.add("IMAGES_PER_FILE", &n, "images in each of the 6 files").positive();
+  f.add("SEED", &seed, "seed of the labels and the noise");
+  f.parse(argc, argv);
   try {
     std::filesystem::create_directories(dir);
     Generator gen(seed);

@@ -1,7 +1,7 @@
 // Helpers shared by the examples: the chronometer's statistics, wall-clock seconds, the
-// --device flag's parsing, a small command-line parser, and the course's precision and layout
-// flags (--amp, --amp-dtype, --channels-last) with the loss-scale log, and the --checkpoint file
-// (resume, save, stop for a requeue on a preemption signal) (header-only).
+// --device flag's parsing, the flags most examples share (CommonFlags, on cli::Flags), the course's
+// precision and layout flags (--amp, --amp-dtype, --channels-last) with the loss-scale log, and the
+// --checkpoint file (resume, save, stop for a requeue on a preemption signal) (header-only).
 #pragma once
 
 #include <algorithm>
@@ -16,13 +16,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "dltrain/amp/autocast.hpp"
 #include "dltrain/amp/grad_scaler.hpp"
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/device.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/distributed/process_group.hpp"
@@ -34,6 +33,7 @@
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/profiler.hpp"
 #include "dltrain/train/resume.hpp"
+#include "examples/common/cli.hpp"
 
 namespace dltrain::examples {
 
@@ -81,70 +81,132 @@ inline void print_chronometer(const char* data_label, const std::vector<double>&
 inline Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu();
   if (s == "cuda") return Device::cuda(0);
-  if (s.rfind("cuda:", 0) == 0) return Device::cuda(std::stoi(s.substr(5)));
+  if (s.rfind("cuda:", 0) == 0) {
+    const std::string n = s.substr(5);
+    if (!n.empty() && n.size() < 4 && n.find_first_not_of("0123456789") == std::string::npos)
+      return Device::cuda(std::stoi(n));
+  }
   throw std::invalid_argument(s);
 }
 
-/// Command-line flags bound to variables: `--name VALUE` for strings and numbers, `--name`
-/// alone for switches. Unknown flags, missing or malformed values print the message and the
-/// usage line to stderr and exit with code 2; -h/--help prints the usage.
-class Flags {
- public:
-  Flags(std::string program, std::string usage)
-      : program_(std::move(program)), usage_(std::move(usage)) {}
-  template <class T>
-  Flags& add(const std::string& name, T* value) {
-    bound_[name] = value;
-    return *this;
-  }
-  /// A switch: its presence stores `set` into *value.
-  Flags& add_switch(const std::string& name, bool* value, bool set = true) {
-    switches_[name] = {value, set};
-    return *this;
-  }
-  void parse(int argc, char** argv) const {
-    for (int i = 1; i < argc; ++i) {
-      const std::string k = argv[i];
-      if (k == "-h" || k == "--help") fail("help");
-      if (auto s = switches_.find(k); s != switches_.end()) {
-        *s->second.first = s->second.second;
-        continue;
-      }
-      auto b = bound_.find(k);
-      if (b == bound_.end()) fail("unknown flag " + k);
-      if (i + 1 >= argc) fail("missing value after " + k);
-      const std::string v = argv[++i];
-      try {
-        std::visit(
-            [&](auto* p) {
-              using T = std::remove_pointer_t<decltype(p)>;
-              size_t used = v.size();
-              if constexpr (std::is_same_v<T, std::string>)
-                *p = v;
-              else if constexpr (std::is_same_v<T, double>)
-                *p = std::stod(v, &used);
-              else if constexpr (std::is_same_v<T, uint64_t>)
-                *p = std::stoull(v, &used);
-              else
-                *p = static_cast<T>(std::stoll(v, &used));
-              if (used != v.size()) throw std::invalid_argument(v);
-            },
-            b->second);
-      } catch (const std::logic_error&) {
-        fail("bad value for " + k + ": '" + v + "'");
-      }
-    }
-  }
-  [[noreturn]] void fail(const std::string& msg) const {
-    std::fprintf(stderr, "%s: %s\nusage: %s %s\n", program_.c_str(), msg.c_str(), program_.c_str(),
-                 usage_.c_str());
-    std::exit(2);
-  }
+/// The flags most examples share, in the course's groups (cli::group). Set the example's
+/// defaults in the fields, add the groups it has, parse, then check().
+struct CommonFlags {
+  // Training (hyper-parameters)
+  int64_t batch_size = 128;
+  int64_t epochs = 1;
+  double lr = 0.1;
+  uint64_t seed = 0;
+  // Test mode
+  bool test = false;
+  int64_t test_nsteps = 50;
+  // Data and DataLoader
+  std::string data;
+  int64_t num_workers = 0;
+  int64_t prefetch_factor = 2;
+  bool persistent_workers = false;
+  bool pin_memory = false;
+  bool non_blocking = false;
+  // Device
+  std::string device = "cpu";
+  int threads = 0;
+  // Checkpoint and report
+  std::string json, metrics, tensorboard, checkpoint;
+  bool resume = false;
+  std::string resume_lr_scaling = "keep";
 
- private:
-  std::string program_, usage_;
-  std::map<std::string, std::variant<std::string*, double*, int64_t*, int*, uint64_t*>> bound_;
-  std::map<std::string, std::pair<bool*, bool>> switches_;
+  /// --batch-size, --epochs, --lr, --seed (the batch size is per rank).
+  void add_training(cli::Flags& f) {
+    f.group(cli::group::kTraining);
+    f.add("--batch-size", &batch_size, "images per step and rank (global batch = ranks x this)")
+        .positive();
+    f.add("--epochs", &epochs, "number of epochs to train").positive();
+    f.add("--lr", &lr, "learning rate (the peak of the OneCycle schedule)").min(0);
+    f.add("--seed", &seed, "seed of the weights, the shuffling and the augmentation");
+  }
+  /// --test, --test-nsteps.
+  void add_test(cli::Flags& f) {
+    f.group(cli::group::kTest);
+    f.add_switch("--test", &test, "stop after --test-nsteps training steps (a quick check)");
+    f.add("--test-nsteps", &test_nsteps, "the number of steps in test mode").positive();
+  }
+  /// --data DIR (`what` says what the folder holds).
+  cli::Flag add_data(cli::Flags& f, const std::string& what) {
+    f.group(cli::group::kData);
+    return f.add("--data", &data, what).value_name("DIR");
+  }
+  /// --num-workers, and with `all` --prefetch-factor, --[no-]persistent-workers,
+  /// --[no-]pin-memory, --[no-]non-blocking (the course's DataLoader flags).
+  void add_loader(cli::Flags& f, bool all = true) {
+    f.group(cli::group::kData);
+    f.add("--num-workers", &num_workers, "DataLoader worker threads (0: batches built inline)")
+        .min(0);
+    if (!all) return;
+    f.add("--prefetch-factor", &prefetch_factor, "batches in flight per worker").min(1);
+    f.add_switch("--persistent-workers", &persistent_workers,
+                 "keep the worker threads between epochs (needs --num-workers > 0)", true);
+    f.add_switch("--pin-memory", &pin_memory,
+                 "build batches in pinned host memory (needs --device cuda)", true);
+    f.add_switch("--non-blocking", &non_blocking,
+                 "copy batches to the GPU asynchronously (no effect on the CPU)", true);
+  }
+  /// --device, --threads.
+  void add_device(cli::Flags& f) {
+    f.group(cli::group::kDevice);
+    f.add("--device", &device, "cpu, cuda (one GPU per rank) or cuda:N").value_name("cpu|cuda[:N]");
+    f.add("--threads", &threads, "CPU threads (0: DLTRAIN_NUM_THREADS or all cores)").min(0);
+  }
+  /// --json, and with `metrics` --metrics and --tensorboard.
+  void add_report(cli::Flags& f, bool with_metrics = true) {
+    f.group(cli::group::kCheckpoint);
+    f.add("--json", &json, "write the run's report (figures per epoch, step times) here")
+        .value_name("FILE.json");
+    if (!with_metrics) return;
+    f.add("--metrics", &metrics,
+          "log every step's loss and lr and every epoch's figures (CSV, or JSON lines for "
+          ".jsonl; tools/dltrain-plot draws it)")
+        .value_name("FILE.csv|.jsonl");
+    f.add("--tensorboard", &tensorboard, "write TensorBoard event files into this folder")
+        .value_name("DIR");
+  }
+  /// --checkpoint, --resume, and with `lr_scaling` --resume-lr-scaling.
+  void add_checkpoint(cli::Flags& f, bool with_lr_scaling = true) {
+    f.group(cli::group::kCheckpoint);
+    f.add("--checkpoint", &checkpoint,
+          "save the full training state here (each epoch end; on SIGUSR1/SIGTERM, then exit 75 "
+          "for a requeue)")
+        .value_name("FILE.h5");
+    f.add_switch("--resume", &resume, "continue from --checkpoint when the file exists");
+    if (with_lr_scaling)
+      f.add("--resume-lr-scaling", &resume_lr_scaling,
+            "learning rate of a run resumed with another global batch")
+          .choices({"keep", "linear", "sqrt"});
+  }
+  /// Checks what concerns several flags (after Flags::parse); exits with status 2 naming the
+  /// flag and the fix.
+  void check(const cli::Flags& f) const {
+    try {
+      (void)parse_device(device);
+    } catch (const std::exception&) {
+      f.fail("--device: '" + device + "' is not a device; pass cpu, cuda or cuda:N");
+    }
+    const bool gpu = device != "cpu";
+    if (gpu && !cuda::is_available())
+      f.fail("--device " + device +
+             ": no CUDA device is visible (or this build has no CUDA backend); pass --device cpu");
+    if (pin_memory && !gpu) f.fail("--pin-memory needs a GPU; drop it or pass --device cuda");
+    if (persistent_workers && num_workers == 0)
+      f.fail("--persistent-workers needs worker threads; drop it or pass --num-workers N (N > 0)");
+    if (resume && checkpoint.empty())
+      f.fail("--resume needs --checkpoint FILE (the file to resume from)");
+  }
+  Device parsed_device() const { return parse_device(device); }
+  /// --resume-lr-scaling as train::LRScaling.
+  train::LRScaling lr_scaling() const {
+    if (resume_lr_scaling == "linear") return train::LRScaling::Linear;
+    if (resume_lr_scaling == "sqrt") return train::LRScaling::Sqrt;
+    return train::LRScaling::Keep;
+  }
 };
 
 /// The course's mixed-precision and layout flags: `--amp` (autocast in f16 with a GradScaler on
@@ -154,15 +216,17 @@ struct PrecisionFlags {
   std::string amp_dtype;  // empty: the device's default
   bool channels_last = false;
 
-  void add_to(Flags& f) {
-    f.add_switch("--amp", &amp).add("--amp-dtype", &amp_dtype);
-    f.add_switch("--channels-last", &channels_last);
+  void add_to(cli::Flags& f) {
+    f.group(cli::group::kDevice);
+    f.add_switch("--amp", &amp,
+                 "mixed precision: autocast (f16 + GradScaler on a GPU, bf16 on the CPU)");
+    f.add("--amp-dtype", &amp_dtype, "the autocast dtype [default: the device's]")
+        .choices({"f16", "bf16"});
+    f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
   }
-  /// Checks the values (after Flags::parse); exits with the usage line on a bad one.
-  void check(const Flags& f) const {
-    if (!amp_dtype.empty() && amp_dtype != "f16" && amp_dtype != "bf16")
-      f.fail("bad value for --amp-dtype: " + amp_dtype + " (f16 or bf16)");
-    if (!amp_dtype.empty() && !amp) f.fail("--amp-dtype needs --amp");
+  /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
+  void check(const cli::Flags& f) const {
+    if (!amp_dtype.empty() && !amp) f.fail("--amp-dtype needs --amp; add --amp or drop it");
   }
   /// The autocast dtype on `d`.
   DType dtype(Device d) const {
@@ -218,15 +282,6 @@ inline train::MetricsOptions metrics_options(const std::string& file, const std:
           .append = append};
 }
 
-/// `--resume-lr-scaling keep|linear|sqrt`: what the learning rate does when a run resumes a
-/// checkpoint written with another global batch (other ranks or per-rank batch).
-inline train::LRScaling parse_lr_scaling(const Flags& f, const std::string& v) {
-  if (v == "keep") return train::LRScaling::Keep;
-  if (v == "linear") return train::LRScaling::Linear;
-  if (v == "sqrt") return train::LRScaling::Sqrt;
-  f.fail("bad value for --resume-lr-scaling: '" + v + "' (keep, linear or sqrt)");
-}
-
 /// The --checkpoint file of an example: resumes from it (--resume), saves to it (rank 0 writes,
 /// every rank waits until the file is complete), and stops for a requeue when Slurm signals
 /// the wall time (`--signal=USR1@T`) or a preemption or scancel (SIGTERM). The signal handler
@@ -262,7 +317,10 @@ class CheckpointFile {
     r.saved_global_batch = r.global_batch = global_batch_;
     if (!asked || path_.empty() || !std::ifstream(path_).good()) return r;
     const io::TrainingProgress p = io::load_checkpoint(path_, model_, &opt_, &sched_, &scaler_);
-    r = train::resume_data_position(p, global_batch_, &opt_, &sched_, {.lr_scaling = lr_scaling_});
+    // The examples step their schedulers once per batch: step counts follow the global batch.
+    r = train::resume_data_position(
+        p, global_batch_, &opt_, &sched_,
+        {.lr_scaling = lr_scaling_, .scheduler_unit = train::SchedulerUnit::Batch});
     std::printf("resumed from %s: epoch %lld, sample %lld, step %lld\n", path_.c_str(),
                 static_cast<long long>(r.epoch + 1), static_cast<long long>(r.samples_in_epoch),
                 static_cast<long long>(r.step));
@@ -341,14 +399,16 @@ struct ProfileFlags {
   int64_t steps = 5;
   int64_t warmup = 2;
   bool shapes = false;
-  void add_to(Flags& f) {
-    f.add("--profile", &path).add("--profile-steps", &steps).add("--profile-warmup", &warmup);
-    f.add_switch("--profile-shapes", &shapes);
+  void add_to(cli::Flags& f) {
+    f.group(cli::group::kProfiler);
+    f.add("--profile", &path, "profile a few training steps, write the Chrome trace here")
+        .value_name("FILE.json");
+    f.add("--profile-steps", &steps, "training steps profiled").positive();
+    f.add("--profile-warmup", &warmup, "steps run before profiling starts").min(0);
+    f.add_switch("--profile-shapes", &shapes, "record the input shapes of every op");
   }
-  /// Checks the values (after Flags::parse); exits with the usage line on a bad one.
-  void check(const Flags& f) const {
-    if (steps <= 0) f.fail("--profile-steps must be positive");
-    if (warmup < 0) f.fail("--profile-warmup must be >= 0");
+  /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
+  void check(const cli::Flags& f) const {
     if (!path.empty() && !path.ends_with(".json"))
       f.fail("--profile takes a FILE.json for the Chrome trace (got '" + path + "')");
   }

@@ -53,69 +53,39 @@ using namespace dltrain::examples;
 
 namespace {
 
-struct Args {
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  int64_t batch_size = 128;
-  int64_t epochs = 3;
-  double lr = 0.1;
+struct Args : CommonFlags {
   double wd = 5e-4;
   double mom = 0.9;
-  uint64_t seed = 0;
-  int threads = 0;
-  bool test = false;
-  int64_t test_nsteps = 50;
-  std::string json;
-  std::string metrics;
-  std::string tensorboard;
-  std::string checkpoint;
-  bool resume = false;
-  std::string resume_lr_scaling = "keep";
-  std::string device = "cpu";
-  int64_t num_workers = 0;
-  int64_t prefetch_factor = 2;
-  bool pin_memory = false;
-  bool non_blocking = false;
-  bool persistent_workers = false;
   bool sync_bn = false;
   PrecisionFlags prec;
   ProfileFlags prof;
-  train::LRScaling lr_scaling = train::LRScaling::Keep;
 };
 
-// Parses the flags into an Args (exits with the usage line on a bad one).
+// Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
 Args parse(int argc, char** argv) {
   Args a;
-  Flags f("fashion_mnist",
-          "[--data DIR] [--batch-size N] [--epochs N] [--lr X] [--wd X] [--mom X] [--seed N] "
-          "[--threads N] [--test] [--test-nsteps N] [--json PATH] [--checkpoint PATH "
-          "[--resume] [--resume-lr-scaling keep|linear|sqrt]] [--device cpu|cuda[:N]] "
-          "[--num-workers N] [--prefetch-factor N] "
-          "[--pin-memory] [--non-blocking] [--persistent-workers] [--amp] [--amp-dtype f16|bf16] "
-          "[--channels-last] [--sync-bn] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] "
-          "[--profile FILE.json [--profile-steps N] [--profile-warmup N] [--profile-shapes]]");
-  f.add("--data", &a.data).add("--batch-size", &a.batch_size).add("--epochs", &a.epochs);
-  f.add("--lr", &a.lr).add("--wd", &a.wd).add("--mom", &a.mom).add("--seed", &a.seed);
-  f.add("--threads", &a.threads).add("--test-nsteps", &a.test_nsteps).add("--json", &a.json);
-  f.add("--checkpoint", &a.checkpoint).add("--device", &a.device);
-  f.add("--resume-lr-scaling", &a.resume_lr_scaling);
-  f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
-  f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
-  f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
-  f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
-  f.add_switch("--persistent-workers", &a.persistent_workers).add_switch("--sync-bn", &a.sync_bn);
+  a.data = "/usr/share/datasets/fashion-mnist";
+  a.epochs = 3;
+  cli::Flags f("fashion_mnist",
+               "Fashion-MNIST with a small CNN, SGD + momentum and a OneCycle schedule, with the "
+               "flags of the IDRIS course script; prints per-epoch figures and the chronometer.");
+  a.add_training(f);
+  f.add("--wd", &a.wd, "weight decay").min(0);
+  f.add("--mom", &a.mom, "momentum (nesterov)").min(0);
+  a.add_test(f);
+  a.add_data(f, "the Fashion-MNIST IDX files (gzipped or not)");
+  a.add_loader(f);
+  a.add_device(f);
   a.prec.add_to(f);
+  f.group(cli::group::kDistributed);
+  f.add_switch("--sync-bn", &a.sync_bn, "synchronise BatchNorm statistics over the ranks");
+  a.add_checkpoint(f);
+  a.add_report(f);
   a.prof.add_to(f);
   f.parse(argc, argv);
+  a.check(f);
   a.prec.check(f);
   a.prof.check(f);
-  a.lr_scaling = parse_lr_scaling(f, a.resume_lr_scaling);
-  if (a.batch_size <= 0 || a.epochs <= 0 || a.test_nsteps <= 0)
-    f.fail("--batch-size, --epochs and --test-nsteps must be positive");
-  try {
-    (void)parse_device(a.device);
-  } catch (const std::exception&) {
-    f.fail("bad value for --device: " + a.device + " (cpu, cuda or cuda:N)");
-  }
   return a;
 }
 
@@ -150,7 +120,7 @@ int main(int argc, char** argv) {
   try {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
-    Device device = parse_device(args.device);
+    Device device = args.parsed_device();
     // A world of one without a launcher; under mpirun/srun, one rank per GPU (cuda:local_rank).
     distributed::ProcessGroup& world = distributed::init({.use_gpu = device.is_cuda()});
     const int ranks = world.size();
@@ -224,7 +194,7 @@ int main(int argc, char** argv) {
     std::vector<EpochReport> reports;
     CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
                         {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}},
-                        args.batch_size * ranks, args.lr_scaling);
+                        args.batch_size * ranks, args.lr_scaling());
     const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
     bool preempted = false;
@@ -377,25 +347,28 @@ int main(int argc, char** argv) {
     print_metrics_hint(metrics.paths());
 
     if (!args.json.empty() && distributed::is_main_process()) {
-      std::ofstream js(args.json);
-      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
-      js << "{\n  \"framework\": \"dltrain\",\n  \"device\": \"" << device.str()
-         << "\",\n  \"precision\": \"" << args.prec.precision(device) << "\",\n  \"layout\": \""
-         << args.prec.layout()
-         << "\",\n  \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
-         << ",\n  \"ranks\": " << ranks << ",\n  \"threads\": " << get_num_threads()
-         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"steps\": " << cs.measured_steps
-         << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
-         << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
-         << "},\n  \"epochs\": [";
-      for (size_t i = 0; i < reports.size(); ++i) {
-        const auto& r = reports[i];
-        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
-           << ", \"time_s\": " << r.train_time << ", \"train_loss\": " << r.train_loss
-           << ", \"test_loss\": " << r.test_loss << ", \"test_acc\": " << r.test_acc
-           << ", \"img_per_s\": " << r.throughput << "}";
-      }
-      js << "\n  ]\n}\n";
+      nlohmann::json epochs = nlohmann::json::array();
+      for (const EpochReport& r : reports)
+        epochs.push_back({{"epoch", r.epoch},
+                          {"time_s", r.train_time},
+                          {"train_loss", r.train_loss},
+                          {"test_loss", r.test_loss},
+                          {"test_acc", r.test_acc},
+                          {"img_per_s", r.throughput}});
+      cli::write_json_report(args.json, {{"framework", "dltrain"},
+                                         {"device", device.str()},
+                                         {"precision", args.prec.precision(device)},
+                                         {"layout", args.prec.layout()},
+                                         {"loss_scaling", scaler.is_enabled()},
+                                         {"ranks", ranks},
+                                         {"threads", get_num_threads()},
+                                         {"batch_size", args.batch_size},
+                                         {"steps", cs.measured_steps},
+                                         {"step_ms",
+                                          {{"data", 1e3 * sd.median},
+                                           {"forward", 1e3 * sf.median},
+                                           {"backward", 1e3 * sb.median}}},
+                                         {"epochs", epochs}});
       std::printf("wrote %s\n", args.json.c_str());
     }
   } catch (const Error& e) {

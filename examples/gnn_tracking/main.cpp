@@ -3,8 +3,8 @@
 // smeared hits, noise, candidate edges between adjacent layers). Each event is a graph; the
 // network says which candidate edges join two hits of the same particle.
 //
-//   gnn_tracking [--train-events 400] [--test-events 50] [--particles 50] [--layers 8]
-//                [--noise 0.1] [--batch-size 4] [--epochs 8] [--lr 2e-3] [--hidden 64]
+//   gnn_tracking [--train-events 400] [--test-events 50] [--particles 200] [--layers 8]
+//                [--noise 0.2] [--batch-size 4] [--epochs 8] [--lr 2e-3] [--hidden 64]
 //                [--iterations 4] [--seed 0] [--threads N] [--test] [--json PATH]
 //                [--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl]
 //                [--tensorboard DIR] [--dump-events FILE.safetensors]
@@ -43,53 +43,52 @@ using namespace dltrain::examples;
 
 namespace {
 
-struct Args {
+struct Args : CommonFlags {
   int64_t train_events = 400;
   int64_t test_events = 50;
   int particles = 200;
   int layers = 8;
   double noise = 0.2;
   double pt_min = 0.5;
-  int64_t batch_size = 4;
-  int64_t epochs = 8;
-  double lr = 2e-3;
   int64_t hidden = 64;
   int64_t iterations = 4;
-  uint64_t seed = 0;
-  int threads = 0;
-  bool test = false;
-  std::string json, metrics, tensorboard, checkpoint, dump_events;
-  bool resume = false;
+  std::string dump_events;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  Flags f("gnn_tracking",
-          "[--train-events N] [--test-events N] [--particles N] [--layers N] [--noise X] [--pt-min "
-          "GEV] "
-          "[--batch-size N] [--epochs N] [--lr X] [--hidden N] [--iterations N] [--seed N] "
-          "[--threads N] [--test] [--json PATH] [--checkpoint PATH [--resume]] "
-          "[--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] [--dump-events FILE]");
-  f.add("--train-events", &a.train_events).add("--test-events", &a.test_events);
-  f.add("--particles", &a.particles).add("--layers", &a.layers).add("--noise", &a.noise);
-  f.add("--batch-size", &a.batch_size).add("--epochs", &a.epochs).add("--lr", &a.lr);
-  f.add("--hidden", &a.hidden).add("--iterations", &a.iterations).add("--seed", &a.seed);
-  f.add("--threads", &a.threads).add("--json", &a.json).add("--checkpoint", &a.checkpoint);
-  f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
-  f.add("--dump-events", &a.dump_events).add("--pt-min", &a.pt_min);
-  f.add_switch("--test", &a.test).add_switch("--resume", &a.resume);
+  a.batch_size = 4;
+  a.epochs = 8;
+  a.lr = 2e-3;
+  cli::Flags f("gnn_tracking",
+               "Particle-track edge classification with an interaction network on synthetic "
+               "detector events (graphs): edge efficiency and purity per epoch.");
+  a.add_training(f);
+  f.add("--hidden", &a.hidden, "hidden size of every MLP").positive();
+  f.add("--iterations", &a.iterations, "interaction-network iterations").min(0);
+  f.group(cli::group::kTest);
+  f.add_switch("--test", &a.test, "a quick run: at most 48 + 8 events and 2 epochs");
+  f.group("Synthetic events");
+  f.add("--train-events", &a.train_events, "training events (graphs)").positive();
+  f.add("--test-events", &a.test_events, "test events").positive();
+  f.add("--particles", &a.particles, "particles per event").positive();
+  f.add("--layers", &a.layers, "detector layers").min(2);
+  f.add("--noise", &a.noise, "noise hits per true hit").min(0);
+  f.add("--pt-min", &a.pt_min, "minimum transverse momentum of a particle (GeV)").positive();
+  f.add("--dump-events", &a.dump_events,
+        "write the training events here for benchmarks/peers/pytorch_gnn_tracking.py")
+      .value_name("FILE.safetensors");
+  f.group(cli::group::kDevice);
+  f.add("--threads", &a.threads, "CPU threads (0: DLTRAIN_NUM_THREADS or all cores)").min(0);
+  a.add_checkpoint(f, /*with_lr_scaling=*/false);
+  a.add_report(f);
   f.parse(argc, argv);
+  a.check(f);
   if (a.test) {  // the ctest smoke run: a few small events, two epochs
     a.train_events = std::min<int64_t>(a.train_events, 48);
     a.test_events = std::min<int64_t>(a.test_events, 8);
     a.epochs = std::min<int64_t>(a.epochs, 2);
   }
-  if (a.train_events <= 0 || a.test_events <= 0 || a.batch_size <= 0 || a.epochs <= 0 ||
-      a.hidden <= 0 || a.iterations < 0 || a.particles <= 0 || a.layers < 2 || a.noise < 0 ||
-      !(a.pt_min > 0))
-    f.fail(
-        "event counts, --batch-size, --epochs, --hidden, --particles must be positive, "
-        "--layers >= 2, --iterations and --noise >= 0");
   return a;
 }
 
@@ -347,26 +346,30 @@ int main(int argc, char** argv) {
     for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
 
     if (!args.json.empty()) {
-      std::ofstream js(args.json);
-      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
-      js << "{\n  \"framework\": \"dltrain\",\n  \"example\": \"gnn_tracking\",\n  \"threads\": "
-         << get_num_threads() << ",\n  \"batch_size\": " << args.batch_size
-         << ",\n  \"hidden\": " << args.hidden << ",\n  \"iterations\": " << args.iterations
-         << ",\n  \"train_events\": " << args.train_events
-         << ",\n  \"edges_per_event\": " << static_cast<double>(st.edges) / n
-         << ",\n  \"steps\": " << cs.measured_steps
-         << ",\n  \"step_ms\": {\"data\": " << median(train::Phase::Data)
-         << ", \"forward\": " << median(train::Phase::Forward)
-         << ", \"backward\": " << median(train::Phase::Backward)
-         << ", \"optimizer\": " << median(train::Phase::Optimizer) << "},\n  \"epochs\": [";
-      for (size_t i = 0; i < reports.size(); ++i) {
-        const auto& r = reports[i];
-        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
-           << ", \"time_s\": " << r.train_time << ", \"train_loss\": " << r.train_loss
-           << ", \"test_loss\": " << r.test_loss << ", \"efficiency\": " << r.efficiency
-           << ", \"purity\": " << r.purity << ", \"graphs_per_s\": " << r.graphs_per_s << "}";
-      }
-      js << "\n  ]\n}\n";
+      nlohmann::json epochs = nlohmann::json::array();
+      for (const EpochReport& r : reports)
+        epochs.push_back({{"epoch", r.epoch},
+                          {"time_s", r.train_time},
+                          {"train_loss", r.train_loss},
+                          {"test_loss", r.test_loss},
+                          {"efficiency", r.efficiency},
+                          {"purity", r.purity},
+                          {"graphs_per_s", r.graphs_per_s}});
+      cli::write_json_report(args.json, {{"framework", "dltrain"},
+                                         {"example", "gnn_tracking"},
+                                         {"threads", get_num_threads()},
+                                         {"batch_size", args.batch_size},
+                                         {"hidden", args.hidden},
+                                         {"iterations", args.iterations},
+                                         {"train_events", args.train_events},
+                                         {"edges_per_event", static_cast<double>(st.edges) / n},
+                                         {"steps", cs.measured_steps},
+                                         {"step_ms",
+                                          {{"data", median(train::Phase::Data)},
+                                           {"forward", median(train::Phase::Forward)},
+                                           {"backward", median(train::Phase::Backward)},
+                                           {"optimizer", median(train::Phase::Optimizer)}}},
+                                         {"epochs", epochs}});
       std::printf("wrote %s\n", args.json.c_str());
     }
   } catch (const Error& e) {

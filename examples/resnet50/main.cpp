@@ -50,60 +50,51 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Args {
-  std::string data;
+struct Args : CommonFlags {
   std::string arch = "resnet50";
-  int64_t batch_size = 64;
-  int64_t epochs = 1;
   int64_t image_size = 224;
-  double lr = 0.1;
   double wd = 5e-5;
   double mom = 0.9;
   double label_smoothing = 0.1;
-  uint64_t seed = 0;
-  bool test = false;
-  int64_t test_nsteps = 50;
-  int64_t num_workers = 4;
-  bool persistent_workers = false;
-  bool pin_memory = false;
-  bool non_blocking = false;
-  int64_t prefetch_factor = 2;
   bool drop_last = true;
-  std::string device = "cpu";
   PrecisionFlags prec;
   ProfileFlags prof;
-  int threads = 0;
-  std::string json;
-  std::string checkpoint;
-  bool resume = false;
-  std::string resume_lr_scaling = "keep";
   int64_t checkpoint_every = 0;
 };
 
-Flags make_flags(Args& a) {
-  Flags f(
-      "resnet50",
-      "--data DIR [--arch resnet50] [--batch-size N] [--epochs N] [--image-size N] [--lr X] "
-      "[--wd X] [--mom X] [--label-smoothing X] [--seed N] [--test] [--test-nsteps N] "
-      "[--num-workers N] [--persistent-workers] [--pin-memory] [--non-blocking] "
-      "[--prefetch-factor N] [--no-drop-last] [--device cpu|cuda[:N]] [--channels-last] "
-      "[--amp] [--amp-dtype f16|bf16] [--threads N] [--json PATH] [--checkpoint PATH [--resume] "
-      "[--checkpoint-every N] [--resume-lr-scaling keep|linear|sqrt]] [--profile FILE.json "
-      "[--profile-steps N] [--profile-warmup N] [--profile-shapes]]");
-  f.add("--data", &a.data).add("--arch", &a.arch).add("--batch-size", &a.batch_size);
-  f.add("--epochs", &a.epochs).add("--image-size", &a.image_size).add("--lr", &a.lr);
-  f.add("--wd", &a.wd).add("--mom", &a.mom).add("--label-smoothing", &a.label_smoothing);
-  f.add("--seed", &a.seed).add("--test-nsteps", &a.test_nsteps);
-  f.add("--num-workers", &a.num_workers).add("--prefetch-factor", &a.prefetch_factor);
-  f.add("--device", &a.device).add("--threads", &a.threads).add("--json", &a.json);
-  f.add("--checkpoint", &a.checkpoint).add("--checkpoint-every", &a.checkpoint_every);
-  f.add_switch("--resume", &a.resume).add("--resume-lr-scaling", &a.resume_lr_scaling);
-  f.add_switch("--test", &a.test).add_switch("--persistent-workers", &a.persistent_workers);
-  f.add_switch("--pin-memory", &a.pin_memory).add_switch("--non-blocking", &a.non_blocking);
-  f.add_switch("--no-drop-last", &a.drop_last, false).add_switch("--drop-last", &a.drop_last);
+// Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
+Args parse(int argc, char** argv) {
+  Args a;
+  a.batch_size = 64;
+  a.wd = 5e-5;
+  a.num_workers = 4;
+  cli::Flags f("resnet50",
+               "ResNet-50 on an ImageNet-style JPEG folder, the IDRIS course script's flags: "
+               "SGD + OneCycle, label smoothing, validation each epoch, the chronometer; data "
+               "parallel under mpirun or srun.");
+  a.add_training(f);
+  f.add("--arch", &a.arch, "torchvision ResNet name (resnet18, resnet34, resnet50, ...)");
+  f.add("--image-size", &a.image_size, "training crop size (validation: resize 256/224, crop)")
+      .positive();
+  f.add("--wd", &a.wd, "weight decay").min(0);
+  f.add("--mom", &a.mom, "momentum").min(0);
+  f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
+  a.add_test(f);
+  a.add_data(f, "DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG").required();
+  a.add_loader(f);
+  f.add_switch("--drop-last", &a.drop_last, "drop the last incomplete batch of an epoch", true);
+  a.add_device(f);
   a.prec.add_to(f);
+  a.add_checkpoint(f);
+  f.add("--checkpoint-every", &a.checkpoint_every, "also save every N steps (0: epoch ends only)")
+      .min(0);
+  a.add_report(f, /*with_metrics=*/false);
   a.prof.add_to(f);
-  return f;
+  f.parse(argc, argv);
+  a.check(f);
+  a.prec.check(f);
+  a.prof.check(f);
+  return a;
 }
 
 struct EpochReport {
@@ -114,25 +105,11 @@ struct EpochReport {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args;
-  const Flags flags = make_flags(args);
-  flags.parse(argc, argv);
-  args.prec.check(flags);
-  args.prof.check(flags);
-  const train::LRScaling lr_scaling = parse_lr_scaling(flags, args.resume_lr_scaling);
-  if (args.data.empty())
-    flags.fail("--data DIR is required (DIR/train/<class>/*.JPEG, DIR/val/...)");
-  if (args.batch_size <= 0 || args.epochs <= 0 || args.test_nsteps <= 0 || args.image_size <= 0)
-    flags.fail("--batch-size, --epochs, --test-nsteps and --image-size must be positive");
+  const Args args = parse(argc, argv);
   try {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
-    Device device;
-    try {
-      device = parse_device(args.device);
-    } catch (const std::exception&) {
-      flags.fail("bad value for --device: " + args.device + " (cpu, cuda or cuda:N)");
-    }
+    Device device = args.parsed_device();
     // A world of one without a launcher; under mpirun/srun, one rank per GPU (cuda:local_rank),
     // each with its share of the images and --batch-size images per step.
     distributed::ProcessGroup& world = distributed::init({.use_gpu = device.is_cuda()});
@@ -240,7 +217,7 @@ int main(int argc, char** argv) {
     CheckpointFile ckpt(
         args.checkpoint, *model, opt, sched, scaler,
         {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}},
-        args.batch_size * ranks, lr_scaling);
+        args.batch_size * ranks, args.lr_scaling());
     const train::ResumePosition start = ckpt.resume(args.resume);
     int64_t step = start.step;
     bool preempted = false;
@@ -357,25 +334,30 @@ int main(int argc, char** argv) {
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
 
     if (!args.json.empty() && distributed::is_main_process()) {
-      std::ofstream js(args.json);
-      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
-      js << "{\n  \"framework\": \"dltrain\",\n  \"arch\": \"" << args.arch
-         << "\",\n  \"device\": \"" << device.str() << "\",\n  \"precision\": \""
-         << args.prec.precision(device) << "\",\n  \"layout\": \"" << args.prec.layout()
-         << "\",\n  \"loss_scaling\": " << (scaler.is_enabled() ? "true" : "false")
-         << ",\n  \"batch_size\": " << args.batch_size << ",\n  \"image_size\": " << args.image_size
-         << ",\n  \"steps\": " << t_fwd.size() << ",\n  \"step_ms\": {\"data\": " << 1e3 * sd.median
-         << ", \"forward\": " << 1e3 * sf.median << ", \"backward\": " << 1e3 * sb.median
-         << "},\n  \"max_memory_allocated\": "
-         << (gpu ? cuda::max_memory_allocated(device.index) : 0) << ",\n  \"epochs\": [";
-      for (size_t i = 0; i < reports.size(); ++i) {
-        const auto& r = reports[i];
-        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
-           << ", \"train_s\": " << r.train_time << ", \"img_per_s\": " << r.throughput
-           << ", \"train_loss\": " << r.train_loss << ", \"val_s\": " << r.val_time
-           << ", \"val_acc\": " << r.val_acc << "}";
-      }
-      js << "\n  ]\n}\n";
+      nlohmann::json epochs = nlohmann::json::array();
+      for (const EpochReport& r : reports)
+        epochs.push_back({{"epoch", r.epoch},
+                          {"train_s", r.train_time},
+                          {"img_per_s", r.throughput},
+                          {"train_loss", r.train_loss},
+                          {"val_s", r.val_time},
+                          {"val_acc", r.val_acc}});
+      cli::write_json_report(
+          args.json, {{"framework", "dltrain"},
+                      {"arch", args.arch},
+                      {"device", device.str()},
+                      {"precision", args.prec.precision(device)},
+                      {"layout", args.prec.layout()},
+                      {"loss_scaling", scaler.is_enabled()},
+                      {"batch_size", args.batch_size},
+                      {"image_size", args.image_size},
+                      {"steps", t_fwd.size()},
+                      {"step_ms",
+                       {{"data", 1e3 * sd.median},
+                        {"forward", 1e3 * sf.median},
+                        {"backward", 1e3 * sb.median}}},
+                      {"max_memory_allocated", gpu ? cuda::max_memory_allocated(device.index) : 0},
+                      {"epochs", epochs}});
       std::printf("wrote %s\n", args.json.c_str());
     }
   } catch (const Error& e) {

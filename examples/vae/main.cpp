@@ -41,51 +41,37 @@ using namespace dltrain::examples;
 
 namespace {
 
-struct Args {
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = 10;
-  int64_t batch_size = 128;
-  double lr = 1e-3;
+struct Args : CommonFlags {
   int64_t latent = 16;
-  uint64_t seed = 0;
-  int threads = 0;
-  std::string device = "cpu";
-  int64_t num_workers = 0;
   std::string out = "vae_out";
-  std::string json;
-  std::string checkpoint;
-  bool resume = false;
-  std::string metrics;
-  std::string tensorboard;
-  bool test = false;
-  int64_t test_nsteps = 30;
   bool bench = false;
   int64_t bench_steps = 50;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  Flags f("vae",
-          "[--data DIR] [--epochs N] [--batch-size N] [--lr X] [--latent N] [--seed N] "
-          "[--threads N] [--device cpu|cuda[:N]] [--num-workers N] [--out DIR] [--json PATH] "
-          "[--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR] "
-          "[--test] [--test-nsteps N] [--bench] [--bench-steps N]");
-  f.add("--data", &a.data).add("--epochs", &a.epochs).add("--batch-size", &a.batch_size);
-  f.add("--lr", &a.lr).add("--latent", &a.latent).add("--seed", &a.seed);
-  f.add("--threads", &a.threads).add("--device", &a.device).add("--num-workers", &a.num_workers);
-  f.add("--out", &a.out).add("--json", &a.json).add("--checkpoint", &a.checkpoint);
-  f.add("--metrics", &a.metrics).add("--tensorboard", &a.tensorboard);
-  f.add("--test-nsteps", &a.test_nsteps).add("--bench-steps", &a.bench_steps);
-  f.add_switch("--resume", &a.resume).add_switch("--test", &a.test).add_switch("--bench", &a.bench);
+  a.data = "/usr/share/datasets/fashion-mnist";
+  a.epochs = 10;
+  a.lr = 1e-3;
+  a.test_nsteps = 30;
+  cli::Flags f("vae",
+               "A convolutional variational autoencoder on Fashion-MNIST (Adam, negative ELBO): "
+               "test figures per epoch, PNG grids of samples and reconstructions, weights "
+               "reloaded and checked.");
+  a.add_training(f);
+  f.add("--latent", &a.latent, "size of the latent space").positive();
+  a.add_test(f);
+  a.add_data(f, "the Fashion-MNIST IDX files (gzipped or not)");
+  a.add_loader(f, /*all=*/false);
+  a.add_device(f);
+  a.add_checkpoint(f, /*with_lr_scaling=*/false);
+  a.add_report(f);
+  f.add("--out", &a.out, "folder of the PNG grids and the weights").value_name("DIR");
+  f.group(cli::group::kBenchmark);
+  f.add_switch("--bench", &a.bench, "only time training steps on one fixed batch");
+  f.add("--bench-steps", &a.bench_steps, "steps timed by --bench").positive();
   f.parse(argc, argv);
-  if (a.epochs <= 0 || a.batch_size <= 0 || a.latent <= 0 || a.test_nsteps <= 0 ||
-      a.bench_steps <= 0)
-    f.fail("--epochs, --batch-size, --latent, --test-nsteps and --bench-steps must be positive");
-  try {
-    (void)parse_device(a.device);
-  } catch (const std::exception&) {
-    f.fail("bad value for --device: " + a.device + " (cpu, cuda or cuda:N)");
-  }
+  a.check(f);
   return a;
 }
 
@@ -251,7 +237,7 @@ int main(int argc, char** argv) {
   try {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
-    const Device device = parse_device(args.device);
+    const Device device = args.parsed_device();
     if (device.is_cuda()) cuda::set_device(device.index);
     auto t_load = Clock::now();
     // No normalisation: pixels in [0, 1] are the BCE targets.
@@ -275,13 +261,16 @@ int main(int argc, char** argv) {
                   1e3 * s.step.median, static_cast<double>(args.batch_size) / s.step.median,
                   static_cast<long long>(args.batch_size), get_num_threads());
       if (!args.json.empty()) {
-        std::ofstream js(args.json);
-        DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
-        js << "{\"framework\": \"dltrain\", \"mode\": \"bench\", \"device\": \"" << device.str()
-           << "\", \"threads\": " << get_num_threads() << ", \"batch_size\": " << args.batch_size
-           << ", \"latent\": " << args.latent << ", \"steps\": " << s.measured_steps
-           << ", \"step_ms_median\": " << 1e3 * s.step.median
-           << ", \"img_per_s\": " << static_cast<double>(args.batch_size) / s.step.median << "}\n";
+        cli::write_json_report(
+            args.json, {{"framework", "dltrain"},
+                        {"mode", "bench"},
+                        {"device", device.str()},
+                        {"threads", get_num_threads()},
+                        {"batch_size", args.batch_size},
+                        {"latent", args.latent},
+                        {"steps", s.measured_steps},
+                        {"step_ms_median", 1e3 * s.step.median},
+                        {"img_per_s", static_cast<double>(args.batch_size) / s.step.median}});
         std::printf("wrote %s\n", args.json.c_str());
       }
       return 0;
@@ -411,24 +400,30 @@ int main(int argc, char** argv) {
 
     if (!args.json.empty()) {
       const train::ChronometerSummary cs = chrono.summary();
-      std::ofstream js(args.json);
-      DLTRAIN_CHECK(js.good(), "cannot write --json file '", args.json, "'");
-      js << "{\n  \"framework\": \"dltrain\",\n  \"example\": \"vae\",\n  \"device\": \""
-         << device.str() << "\",\n  \"threads\": " << get_num_threads()
-         << ",\n  \"config\": {\"batch_size\": " << args.batch_size << ", \"lr\": " << args.lr
-         << ", \"latent\": " << args.latent << ", \"epochs\": " << args.epochs
-         << ", \"seed\": " << args.seed << "},\n  \"steps\": " << cs.measured_steps
-         << ",\n  \"step_ms_median\": " << 1e3 * cs.step.median
-         << ",\n  \"img_per_s\": " << cs.samples_per_second
-         << ",\n  \"reload_test_loss\": " << after << ",\n  \"epochs\": [";
-      for (size_t i = 0; i < reports.size(); ++i) {
-        const EpochReport& r = reports[i];
-        js << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch << ", \"time_s\": " << r.time_s
-           << ", \"train_loss\": " << r.train_loss << ", \"test_loss\": " << r.test.loss
-           << ", \"test_recon\": " << r.test.recon << ", \"test_kl\": " << r.test.kl
-           << ", \"img_per_s\": " << r.img_per_s << "}";
-      }
-      js << "\n  ]\n}\n";
+      nlohmann::json epochs = nlohmann::json::array();
+      for (const EpochReport& r : reports)
+        epochs.push_back({{"epoch", r.epoch},
+                          {"time_s", r.time_s},
+                          {"train_loss", r.train_loss},
+                          {"test_loss", r.test.loss},
+                          {"test_recon", r.test.recon},
+                          {"test_kl", r.test.kl},
+                          {"img_per_s", r.img_per_s}});
+      cli::write_json_report(args.json, {{"framework", "dltrain"},
+                                         {"example", "vae"},
+                                         {"device", device.str()},
+                                         {"threads", get_num_threads()},
+                                         {"config",
+                                          {{"batch_size", args.batch_size},
+                                           {"lr", args.lr},
+                                           {"latent", args.latent},
+                                           {"epochs", args.epochs},
+                                           {"seed", args.seed}}},
+                                         {"steps", cs.measured_steps},
+                                         {"step_ms_median", 1e3 * cs.step.median},
+                                         {"img_per_s", cs.samples_per_second},
+                                         {"reload_test_loss", after},
+                                         {"epochs", epochs}});
       std::printf("wrote %s\n", args.json.c_str());
     }
   } catch (const Error& e) {

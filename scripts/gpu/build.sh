@@ -78,6 +78,8 @@ if ((!env_only)); then
   [[ -f $prefix/usr/lib/cmake/Catch2/Catch2Config.cmake ]] || die "Catch2Config.cmake missing after unpacking"
   [[ -f $prefix/usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake ]] ||
     die "nlohmann_jsonConfig.cmake missing after unpacking: re-run scripts/gpu/fetch_deps.sh (it now fetches nlohmann-json3-dev)"
+  [[ -f $prefix/usr/include/CLI/CLI.hpp ]] ||
+    die "CLI/CLI.hpp missing after unpacking: re-run scripts/gpu/fetch_deps.sh (it now fetches libcli11-dev)"
   say "unpacked ${#debs[@]} package(s) into $prefix/usr"
 fi
 
