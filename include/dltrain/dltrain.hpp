@@ -36,6 +36,8 @@
 #include "dltrain/nn/layers.hpp"
 #include "dltrain/nn/models/resnet.hpp"
 #include "dltrain/nn/module.hpp"
+#include "dltrain/nn/transformer.hpp"
+#include "dltrain/ops/attention.hpp"
 #include "dltrain/ops/conv.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/indexing.hpp"

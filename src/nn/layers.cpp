@@ -336,13 +336,13 @@ std::string BatchNorm::extra_repr() const {
 }
 
 // --- LayerNorm ----------------------------------------------------------------------
-LayerNorm::LayerNorm(Shape shape, double eps_, bool affine, TensorOptions opts)
+LayerNorm::LayerNorm(Shape shape, double eps_, bool affine, TensorOptions opts, bool with_bias)
     : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(eps_) {
   DLTRAIN_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
   opts.requires_grad = false;
   if (affine) {
     weight = register_parameter("weight", ones(normalized_shape, opts));
-    bias = register_parameter("bias", zeros(normalized_shape, opts));
+    if (with_bias) bias = register_parameter("bias", zeros(normalized_shape, opts));
   }
 }
 

@@ -144,11 +144,12 @@ class BatchNorm2d : public BatchNorm {
       : BatchNorm("BatchNorm2d", {4}, num_features, options, opts) {}
 };
 
-/// Layer normalisation over the trailing `normalized_shape` dims.
+/// Layer normalisation over the trailing `normalized_shape` dims. bias = false (with
+/// elementwise_affine) keeps the weight only, as PyTorch's LayerNorm(..., bias=False).
 class LayerNorm : public Module {
  public:
   LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
-            TensorOptions opts = TensorOptions());
+            TensorOptions opts = TensorOptions(), bool bias = true);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Shape normalized_shape;
