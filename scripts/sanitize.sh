@@ -54,7 +54,7 @@ for w in "${what[@]}"; do
         -DDLTRAIN_SANITIZE=address,undefined -DDLTRAIN_FUZZ=ON \
         -DDLTRAIN_FUZZ_SECONDS="${FUZZ_SECONDS:-30}" > /dev/null
       targets=("${asan_tests[@]}")
-      for f in idx jpeg safetensors pth checkpoint packed; do targets+=("fuzz_$f"); done
+      for f in idx jpeg safetensors pth checkpoint packed packed_restamp; do targets+=("fuzz_$f"); done
       cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
       export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
       # libhdf5 1.10 leaks ~1 KiB inside itself per open it rejects (the corrupt-pack tests

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   }
   try {
     const fs::path out = argv[1], ref = argv[2];
-    for (const char* t : {"idx", "jpeg", "safetensors", "pth", "checkpoint", "packed", "pack"})
+    for (const char* t :
+         {"idx", "jpeg", "safetensors", "pth", "checkpoint", "packed", "packed_restamp", "pack"})
       fs::create_directories(out / t);
     manual_seed(7);
 
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
         data::pack_image_folder(folder.string(), prefix, po);
         spit(out / "packed/index.bin", {0}, slurp(data::packed_index_path(prefix)));
         spit(out / "packed/shard.bin", {1}, slurp(data::packed_shard_path(prefix, 0)));
+        spit(out / "packed_restamp/index.bin", {}, slurp(data::packed_index_path(prefix)));
         fs::remove_all(folder);  // the pack is the seed; its source is not needed
       }
     }
