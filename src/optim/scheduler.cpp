@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "common.hpp"
 #include "dltrain/core/error.hpp"
@@ -32,6 +36,35 @@ int64_t read_int(const StateDict& state, const std::string& key, const char* ctx
 
 void save_int(StateDict& out, const std::string& key, int64_t v) {
   out.insert_scalar(key, static_cast<double>(v), /*integer=*/true);
+}
+
+// --- rescale_remaining: step counts converted to another global batch ---
+
+void check_factor(double factor, const char* who) {
+  DLTRAIN_CHECK(std::isfinite(factor) && factor > 0, who, "::rescale_remaining: the factor ",
+                "must be positive and finite, got ", factor);
+}
+
+// Steps to something due `ahead` (> 0) steps from now, converted: at least 1.
+int64_t convert_ahead(int64_t ahead, double factor) {
+  return std::max<int64_t>(1, std::llround(static_cast<double>(ahead) * factor));
+}
+
+// A cycle of `total` steps, `last` of them done (last < total), with its rest converted and
+// the fraction done kept, so the chainable formulas continue from the current rate:
+// {new last, new total}.
+std::pair<int64_t, int64_t> stretch_cycle(int64_t last, int64_t total, double factor) {
+  const double done = static_cast<double>(last) / static_cast<double>(total);
+  const int64_t new_left = convert_ahead(total - last, factor);
+  const int64_t new_total =
+      std::max<int64_t>(new_left, std::llround(static_cast<double>(new_left) / (1.0 - done)));
+  return {new_total - new_left, new_total};
+}
+
+std::string join(const std::vector<int64_t>& v) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  return o.str();
 }
 
 // Saves the children's states under schedulers.<k>. (SequentialLR, ChainedScheduler).
@@ -131,6 +164,11 @@ void LRScheduler::step_to(int64_t epoch) {
   apply(lrs);
 }
 
+std::optional<std::string> LRScheduler::rescale_remaining(double factor) {
+  check_factor(factor, name());
+  return std::nullopt;
+}
+
 StateDict LRScheduler::state_dict() const {
   StateDict out;
   out.insert("type", detail::type_tag(name()));
@@ -207,6 +245,20 @@ std::optional<std::vector<double>> StepLR::closed_form_lr() const {
   return out;
 }
 
+std::optional<std::string> StepLR::rescale_remaining(double factor) {
+  check_factor(factor, "StepLR");
+  // The next decay, at k * step_size, comes after convert_ahead(k * step_size - L) steps at
+  // k * new_step ((k - 1) decays so far, as before: ahead <= new_step since both round).
+  const int64_t k = std::max<int64_t>(last_epoch_, 0) / step_size_ + 1;
+  const int64_t new_step = convert_ahead(step_size_, factor);
+  const int64_t ahead = std::min(new_step, convert_ahead(k * step_size_ - last_epoch_, factor));
+  std::ostringstream o;
+  o << "step_size " << step_size_ << " -> " << new_step << ", next decay in "
+    << k * step_size_ - last_epoch_ << " steps -> " << ahead;
+  step_size_ = new_step;
+  last_epoch_ = k * new_step - ahead;
+  return o.str();
+}
 void StepLR::save_extra(StateDict& out) const {
   save_int(out, "step_size", step_size_);
   out.insert_scalar("gamma", gamma_);
@@ -249,6 +301,19 @@ std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
   return out;
 }
 
+std::optional<std::string> MultiStepLR::rescale_remaining(double factor) {
+  check_factor(factor, "MultiStepLR");
+  std::vector<int64_t> before, after;
+  for (int64_t& m : milestones_) {
+    if (m <= last_epoch_) continue;
+    before.push_back(m);
+    m = last_epoch_ + convert_ahead(m - last_epoch_, factor);
+    after.push_back(m);
+  }
+  std::sort(milestones_.begin(), milestones_.end());
+  if (before.empty()) return std::string();
+  return "milestones " + join(before) + " -> " + join(after);
+}
 void MultiStepLR::save_extra(StateDict& out) const {
   out.insert("milestones", from_vector(milestones_));
   out.insert_scalar("gamma", gamma_);
@@ -292,6 +357,13 @@ std::optional<std::vector<double>> ConstantLR::closed_form_lr() const {
   return out;
 }
 
+std::optional<std::string> ConstantLR::rescale_remaining(double factor) {
+  check_factor(factor, "ConstantLR");
+  if (total_iters_ <= last_epoch_) return std::string();
+  const int64_t before = total_iters_;
+  total_iters_ = last_epoch_ + convert_ahead(total_iters_ - last_epoch_, factor);
+  return "total_iters " + std::to_string(before) + " -> " + std::to_string(total_iters_);
+}
 void ConstantLR::save_extra(StateDict& out) const {
   out.insert_scalar("factor", factor_);
   save_int(out, "total_iters", total_iters_);
@@ -346,6 +418,14 @@ std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
   return out;
 }
 
+std::optional<std::string> LinearLR::rescale_remaining(double factor) {
+  check_factor(factor, "LinearLR");
+  if (total_iters_ <= last_epoch_ || last_epoch_ < 0) return std::string();
+  const int64_t left = total_iters_ - last_epoch_;
+  std::tie(last_epoch_, total_iters_) = stretch_cycle(last_epoch_, total_iters_, factor);
+  return "remaining " + std::to_string(left) + " warmup steps -> " +
+         std::to_string(total_iters_ - last_epoch_);
+}
 void LinearLR::save_extra(StateDict& out) const {
   out.insert_scalar("start_factor", start_factor_);
   out.insert_scalar("end_factor", end_factor_);
@@ -425,6 +505,13 @@ std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
   return out;
 }
 
+std::optional<std::string> CosineAnnealingLR::rescale_remaining(double factor) {
+  check_factor(factor, "CosineAnnealingLR");
+  if (T_max_ <= last_epoch_ || last_epoch_ < 0) return std::string();
+  const int64_t left = T_max_ - last_epoch_;
+  std::tie(last_epoch_, T_max_) = stretch_cycle(last_epoch_, T_max_, factor);
+  return "remaining " + std::to_string(left) + " steps -> " + std::to_string(T_max_ - last_epoch_);
+}
 void CosineAnnealingLR::save_extra(StateDict& out) const {
   save_int(out, "T_max", T_max_);
   out.insert_scalar("eta_min", eta_min_);
@@ -542,18 +629,14 @@ std::vector<double> OneCycleLR::get_lr() {
   return lrs;
 }
 
-void OneCycleLR::rescale_remaining(double factor) {
-  DLTRAIN_CHECK(std::isfinite(factor) && factor > 0, "OneCycleLR::rescale_remaining: the factor ",
-                "must be positive and finite, got ", factor);
+std::optional<std::string> OneCycleLR::rescale_remaining(double factor) {
+  check_factor(factor, "OneCycleLR");
   const int64_t left = total_steps_ - last_epoch_;
-  if (left <= 0) return;
-  const double done = static_cast<double>(last_epoch_) / static_cast<double>(total_steps_);
-  const int64_t new_left = std::max<int64_t>(1, std::llround(static_cast<double>(left) * factor));
-  const int64_t new_total =
-      std::max<int64_t>(new_left, std::llround(static_cast<double>(new_left) / (1.0 - done)));
-  last_epoch_ = new_total - new_left;
-  total_steps_ = new_total;
+  if (left <= 0) return std::string();
+  std::tie(last_epoch_, total_steps_) = stretch_cycle(last_epoch_, total_steps_, factor);
   build_phases();
+  return "remaining " + std::to_string(left) + " steps -> " +
+         std::to_string(total_steps_ - last_epoch_);
 }
 
 void OneCycleLR::save_extra(StateDict& out) const {

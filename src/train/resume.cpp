@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "dltrain/core/error.hpp"
@@ -77,16 +78,27 @@ ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_
   }
   m << "; an epoch now takes " << global_batch << "-sample steps instead of "
     << r.saved_global_batch << "-sample ones";
-  auto* one_cycle = dynamic_cast<optim::OneCycleLR*>(scheduler);
-  if (one_cycle && options.rescale_one_cycle) {
-    const int64_t left = one_cycle->total_steps() - one_cycle->last_epoch();
-    one_cycle->rescale_remaining(static_cast<double>(r.saved_global_batch) /
-                                 static_cast<double>(global_batch));
-    m << "; OneCycleLR's remaining " << left << " steps -> "
-      << one_cycle->total_steps() - one_cycle->last_epoch()
-      << " (the same samples, the cycle continued from where it was)";
-  } else {
-    m << " (other schedules counted in steps, such as milestones, are not rescaled)";
+  // Schedules counted in steps: converted when stepped per batch (OneCycleLR always is).
+  const bool one_cycle = dynamic_cast<optim::OneCycleLR*>(scheduler) != nullptr;
+  const bool per_batch = options.scheduler_unit == SchedulerUnit::Batch ||
+                         (options.scheduler_unit == SchedulerUnit::Auto && one_cycle);
+  if (scheduler && per_batch && (!one_cycle || options.rescale_one_cycle)) {
+    const std::optional<std::string> what = scheduler->rescale_remaining(
+        static_cast<double>(r.saved_global_batch) / static_cast<double>(global_batch));
+    if (!what)
+      m << "; " << scheduler->name()
+        << "'s steps cannot be converted (a function of the step or a composite schedule): "
+           "it continues counting steps of the new global batch";
+    else if (!what->empty())
+      m << "; " << scheduler->name() << "'s " << *what
+        << (one_cycle ? " (the same samples, the cycle continued from where it was)"
+                      : " (the same samples)");
+  } else if (one_cycle && options.scheduler_unit != SchedulerUnit::Epoch) {
+    m << " (OneCycleLR's remaining steps are left as they are: rescale_one_cycle is off)";
+  } else if (scheduler && options.scheduler_unit == SchedulerUnit::Auto) {
+    m << " (" << scheduler->name()
+      << "'s step counts, such as milestones, are left as they are: right when it steps once "
+         "per epoch; pass scheduler_unit = Batch if it steps once per batch)";
   }
   r.message = m.str();
   if (options.print && distributed::is_main_process())

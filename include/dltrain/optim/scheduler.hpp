@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dltrain/core/state_dict.hpp"
@@ -57,6 +58,18 @@ class LRScheduler {
   /// Restores state_dict(); the next step() continues exactly. Throws dltrain::Error (and
   /// changes nothing) for another scheduler type, another number of groups or a missing key.
   void load_state_dict(const StateDict& state);
+
+  /// For a scheduler stepped once per batch whose batches from now on hold 1 / `factor` times
+  /// the samples they held so far (a run resumed with another global batch: factor = saved /
+  /// new global batch; train::resume_data_position calls it): converts the rest of the
+  /// schedule so that what was due N steps from now (a milestone, the end of a cycle) comes
+  /// after round(N x factor) steps, at least 1, i.e. after the same samples. The rates are not
+  /// touched. Each scheduler says how below (some move last_epoch() to keep the fraction of
+  /// their cycle already done). Returns what changed ("milestones 40, 60 -> 80, 120"), an
+  /// empty string when nothing was left to convert, or nullopt for a scheduler with nothing it
+  /// could convert (LambdaLR, ExponentialLR: functions of the step; SequentialLR,
+  /// ChainedScheduler). Throws dltrain::Error for a factor that is not positive and finite.
+  virtual std::optional<std::string> rescale_remaining(double factor);
 
  protected:
   /// Records initial_lr (first scheduler only) and base_lrs; does not step.
@@ -109,6 +122,9 @@ class StepLR final : public LRScheduler {
  public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
   const char* name() const override { return "StepLR"; }
+  /// step_size becomes round(step_size x factor) and last_epoch() moves so that the next
+  /// decay comes after round(steps to it x factor) steps, the decays so far unchanged.
+  std::optional<std::string> rescale_remaining(double factor) override;
 
  private:
   std::vector<double> get_lr() override;
@@ -125,6 +141,8 @@ class MultiStepLR final : public LRScheduler {
  public:
   MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
   const char* name() const override { return "MultiStepLR"; }
+  /// Each milestone m after last_epoch() L becomes L + round((m - L) x factor); past ones stay.
+  std::optional<std::string> rescale_remaining(double factor) override;
 
  private:
   std::vector<double> get_lr() override;
@@ -140,6 +158,8 @@ class ConstantLR final : public LRScheduler {
  public:
   ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5);
   const char* name() const override { return "ConstantLR"; }
+  /// A total_iters still ahead moves like a milestone (MultiStepLR).
+  std::optional<std::string> rescale_remaining(double factor) override;
 
  private:
   std::vector<double> get_lr() override;
@@ -158,6 +178,8 @@ class LinearLR final : public LRScheduler {
   LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0,
            int64_t total_iters = 5);
   const char* name() const override { return "LinearLR"; }
+  /// A ramp still under way is stretched as OneCycleLR's cycle (rescale_remaining there).
+  std::optional<std::string> rescale_remaining(double factor) override;
 
  private:
   std::vector<double> get_lr() override;
@@ -188,6 +210,9 @@ class CosineAnnealingLR final : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
   const char* name() const override { return "CosineAnnealingLR"; }
+  /// T_max - last_epoch() steps left are stretched as OneCycleLR's (T_max and last_epoch()
+  /// change, the fraction of the half-period done stays); a schedule past T_max is left alone.
+  std::optional<std::string> rescale_remaining(double factor) override;
 
  private:
   std::vector<double> get_lr() override;
@@ -241,9 +266,9 @@ class OneCycleLR final : public LRScheduler {
   /// so the learning rate continues from where it was. What a run resumed with another global
   /// batch needs (factor = saved / new global batch: the rest of the epochs then takes that
   /// many more steps; train::resume_data_position calls it). total_steps() and last_epoch()
-  /// change accordingly; a finished cycle is left alone. Throws dltrain::Error for a factor
-  /// that is not positive and finite.
-  void rescale_remaining(double factor);
+  /// change accordingly; a finished cycle is left alone. Returns "remaining L steps -> L'".
+  /// Throws dltrain::Error for a factor that is not positive and finite.
+  std::optional<std::string> rescale_remaining(double factor) override;
 
  private:
   struct Phase {

@@ -41,6 +41,20 @@ enum class LRScaling {
   Sqrt,
 };
 
+/// How often the scheduler steps, which decides whether its step counts (milestones,
+/// step_size, T_max, total_iters, OneCycleLR's total_steps) change with the global batch.
+enum class SchedulerUnit {
+  /// OneCycleLR is taken as stepped per batch (it always is); any other scheduler's counts are
+  /// left as they are, and the message says so and how to convert them.
+  Auto,
+  /// Stepped once per batch: the counts still ahead are converted by saved / new global batch
+  /// (LRScheduler::rescale_remaining), so each milestone comes after the same samples.
+  Batch,
+  /// Stepped once per epoch: an epoch holds the same samples whatever the batch, so nothing
+  /// changes (OneCycleLR's total_steps included).
+  Epoch,
+};
+
 struct ResumeOptions {
   LRScaling lr_scaling = LRScaling::Keep;
   /// The user's own rule: the factor the learning rates are multiplied by, given the saved and
@@ -49,8 +63,12 @@ struct ResumeOptions {
   /// Print the message (on rank 0 only) when the global batch changed.
   bool print = true;
   /// A OneCycleLR scheduler's remaining steps are scaled by saved / new global batch (its
-  /// cycle then ends with the same samples as planned: OneCycleLR::rescale_remaining).
+  /// cycle then ends with the same samples as planned: OneCycleLR::rescale_remaining), unless
+  /// scheduler_unit is Epoch.
   bool rescale_one_cycle = true;
+  /// How often the scheduler steps (see SchedulerUnit): with Batch, every scheduler's step
+  /// counts still ahead are converted to the new global batch.
+  SchedulerUnit scheduler_unit = SchedulerUnit::Auto;
 };
 
 struct ResumePosition {
@@ -78,8 +96,10 @@ struct ResumePosition {
 /// learning rates `scheduler` keeps (base, last, OneCycleLR's peak and floor, cosine's eta_min;
 /// either may be null) by the rule's factor, so the schedule continues from the scaled rate.
 /// A OneCycleLR's rest of the cycle is stretched to the new number of steps (see
-/// ResumeOptions::rescale_one_cycle); other schedules counted in steps (milestones) are not
-/// rescaled, and the message gives the new steps per epoch.
+/// ResumeOptions::rescale_one_cycle); with scheduler_unit = Batch, so are the counts of every
+/// other scheduler that has them (MultiStepLR's milestones, StepLR's step_size, cosine's T_max,
+/// LinearLR's and ConstantLR's total_iters: LRScheduler::rescale_remaining), and the message
+/// says what changed; with Auto they stay, and the message says so.
 /// Throws dltrain::Error for a global_batch < 1 or a factor that is not positive and finite.
 ResumePosition resume_data_position(const io::TrainingProgress& progress, int64_t global_batch,
                                     optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
