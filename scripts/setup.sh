@@ -10,6 +10,7 @@ pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbo
       libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist
       nlohmann-json3-dev libcli11-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv python3-pip
       python3-matplotlib  # tools/dltrain-plot
+      python3-h5py  # tests/io/h5py_reads.py: checkpoints and packed shards read by h5py
       lua5.4  # luac -p on the Lmod modulefile (tests/packaging)
       clang-14 libclang-rt-14-dev)  # clang: the sanitizer + libFuzzer tree (scripts/sanitize.sh)
 if [[ "${1:-}" == "--peers" ]]; then
