@@ -1,7 +1,9 @@
 // CPU benchmark of the issue-14 layers on the shapes a Fashion-MNIST VAE decoder and a small
 // U-Net use: ConvTranspose2d, interpolate (nearest, bilinear), reflect pad, GroupNorm, SiLU
-// and the VAE losses, forward + backward, f32, NCHW and channels-last. Prints one line per
-// case (median ms over --iters runs after two warm-ups) and optionally writes JSON
+// and the VAE losses, and a TransformerEncoderLayer (batch 32, 128 tokens, d_model 256, 8
+// heads, feed-forward 1024, dropout 0 and 0.1), forward + backward, f32, NCHW and
+// channels-last. Prints one line per case (median ms over --iters runs after two warm-ups) and
+// optionally writes JSON
 // {"threads": N, "cases": {name: ms}} read by benchmarks/peers/pytorch_research_ops_cpu.py.
 //
 // Usage: research_ops_cpu [--threads N] [--iters N] [--json PATH]
@@ -91,6 +93,14 @@ int main(int argc, char** argv) {
     nn::GroupNorm gn(8, 64);
     run("GroupNorm(8, 64) 64x32x32 b8" + fmt, [&] { sum(gn.forward(u)).backward(); });
     run("SiLU 64x32x32 b8" + fmt, [&] { sum(silu(u)).backward(); });
+  }
+  for (double p : {0.0, 0.1}) {  // a Transformer encoder layer: batch 32, 128 tokens, d 256
+    nn::TransformerEncoderLayer layer(256, 8,
+                                      {.dim_feedforward = 1024, .dropout = p, .batch_first = true});
+    Tensor x = leaf({32, 128, 256}, false);
+    char name[80];
+    std::snprintf(name, sizeof name, "TransformerEncoderLayer d256 h8 b32 L128 p%.1f", p);
+    run(name, [&] { sum(layer.forward(x)).backward(); });
   }
   {  // VAE losses on a batch of 64 Fashion-MNIST images and a 16-d latent
     Tensor logits = leaf({64, 1, 28, 28}, false), target = rand({64, 1, 28, 28});

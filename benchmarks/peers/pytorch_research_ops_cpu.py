@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch CPU peer of benchmarks/research_ops_cpu.cpp: the same cases (ConvTranspose2d,
-interpolate, reflect pad, GroupNorm, SiLU, the VAE losses; forward + backward, f32, NCHW and
+interpolate, reflect pad, GroupNorm, SiLU, the VAE losses, a TransformerEncoderLayer; forward + backward, f32, NCHW and
 channels-last), median ms over --iters runs after two warm-ups, the same JSON schema. With
 --compare DLTRAIN_JSON it prints both side by side and the ratio dltrain / pytorch (lower is
 better for dltrain). Use a current torch (.venv-peers, scripts/setup.sh --peers).
@@ -72,6 +72,12 @@ def main():
         gn = nn.GroupNorm(8, 64)
         run("GroupNorm(8, 64) 64x32x32 b8" + fmt, lambda: gn(u).sum().backward())
         run("SiLU 64x32x32 b8" + fmt, lambda: F.silu(u).sum().backward())
+    for p in (0.0, 0.1):
+        layer = nn.TransformerEncoderLayer(256, 8, dim_feedforward=1024, dropout=p,
+                                           batch_first=True)
+        xt = leaf((32, 128, 256), False)
+        run("TransformerEncoderLayer d256 h8 b32 L128 p%.1f" % p,
+            lambda: layer(xt).sum().backward())
     logits = leaf((64, 1, 28, 28), False)
     target = torch.rand(64, 1, 28, 28)
     mu, logvar = leaf((64, 16), False), leaf((64, 16), False)
