@@ -36,6 +36,7 @@
 #include "dltrain/nn/layers.hpp"
 #include "dltrain/nn/models/resnet.hpp"
 #include "dltrain/nn/module.hpp"
+#include "dltrain/nn/rnn.hpp"
 #include "dltrain/nn/transformer.hpp"
 #include "dltrain/ops/attention.hpp"
 #include "dltrain/ops/conv.hpp"
