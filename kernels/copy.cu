@@ -11,6 +11,14 @@ template <class D, class S>
 struct ConvertOp {
   __device__ __forceinline__ D operator()(S v) const { return convert<D>(v); }
 };
+// The product rounded to S first, as mul(src, scale) then copy_ would (and the CPU does).
+template <class D, class S>
+struct ScaledConvertOp {
+  acc_t<S> scale;
+  __device__ __forceinline__ D operator()(S v) const {
+    return convert<D>(convert<S>(convert<acc_t<S>>(v) * scale));
+  }
+};
 }  // namespace
 
 void copy(const Tensor& dst, const Tensor& src) {
@@ -29,6 +37,20 @@ void copy(const Tensor& dst, const Tensor& src) {
   cu_dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     cu_dispatch_all(src.dtype(), "copy",
                     [&]<class S>() { launch_map<D, S>(dst, ConvertOp<D, S>{}, src); });
+  });
+}
+
+void copy_scaled(const Tensor& dst, const Tensor& src, double scale) {
+  DLTRAIN_CHECK(dst.device().is_cuda() && dst.device() == src.device(),
+                "cuda copy_scaled: expected both tensors on one CUDA device but got ", dst.device(),
+                " and ", src.device());
+  if (dst.numel() == 0) return;
+  cu_dispatch_floating(dst.dtype(), "copy_scaled_", [&]<class D>() {
+    cu_dispatch_floating(src.dtype(), "copy_scaled_", [&]<class S>() {
+      // The scale as mul_ would see it: rounded to S, then in S's compute type.
+      const acc_t<S> s = convert<acc_t<S>>(convert<S>(scale));
+      launch_map<D, S>(dst, ScaledConvertOp<D, S>{s}, src);
+    });
   });
 }
 

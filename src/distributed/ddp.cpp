@@ -174,10 +174,9 @@ struct DistributedDataParallel::Reducer
       if (solo()) {
       } else if (b.wire.defined()) {
         // Divide before the cast (fp16_compress_hook's order: the sum of the ranks' shares
-        // stays in the inputs' range, no f16 overflow from the sum alone); the bucket is
-        // overwritten by the result anyway.
-        mul_(b.buffer, 1.0 / group->size());
-        b.wire.copy_(b.buffer);
+        // stays in the inputs' range, no f16 overflow from the sum alone), in the same pass
+        // as the cast; the bucket is overwritten by the result.
+        copy_scaled_(b.wire, b.buffer, 1.0 / group->size());
         b.work = group->all_reduce(b.wire, ReduceOp::Sum);
       } else {
         b.work = group->all_reduce(b.buffer, ReduceOp::Avg);

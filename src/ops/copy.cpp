@@ -160,4 +160,37 @@ Tensor Tensor::to(Device dev, bool non_blocking) const {
   return out;
 }
 
+Tensor& copy_scaled_(Tensor& dst, const Tensor& src, double scale) {
+  DLTRAIN_OP_SCOPE("copy_scaled_", dst, src);
+  DLTRAIN_CHECK(dst.defined() && src.defined(), "copy_scaled_: ", dst.defined() ? "src" : "dst",
+                " is undefined");
+  DLTRAIN_CHECK(is_floating(dst.dtype()) && is_floating(src.dtype()),
+                "copy_scaled_: dst and src must be floating (f32, f64, f16, bf16) but are ",
+                dst.dtype(), " and ", src.dtype(), "; use dst.copy_(mul(src, scale)) instead");
+  DLTRAIN_CHECK(dst.device() == src.device(), "copy_scaled_: dst is on ", dst.device(),
+                " and src on ", src.device(), "; both must be on one device (move src with .to())");
+  DLTRAIN_CHECK(!(dst.requires_grad() && dst.is_leaf() && autograd::grad_mode_enabled()),
+                "copy_scaled_(): in-place change of a leaf that requires grad; wrap it in "
+                "NoGradGuard");
+  DLTRAIN_CHECK(broadcast_shapes(dst.shape(), src.shape(), "copy_scaled_") == dst.shape(),
+                "copy_scaled_: source shape ", shape_str(src.shape()),
+                " does not broadcast to destination shape ", shape_str(dst.shape()));
+  if (dst.numel() == 0) return dst;
+  if (dst.device().is_cuda()) {
+    backend::cuda::copy_scaled(dst, src, scale);
+    return dst;
+  }
+  dispatch_floating(dst.dtype(), "copy_scaled_", [&]<class D>() {
+    dispatch_floating(src.dtype(), "copy_scaled_", [&]<class S>() {
+      using A = acc_t<S>;
+      // mul_'s arithmetic (the scale rounded to S, the product rounded to S), then the cast.
+      const A s = backend::cpu::cast<A>(backend::cpu::cast<S>(scale));
+      backend::cpu::unary_map<D, S>(dst, src, [s](S v) {
+        return backend::cpu::cast<D>(backend::cpu::cast<S>(backend::cpu::cast<A>(v) * s));
+      });
+    });
+  });
+  return dst;
+}
+
 }  // namespace dltrain

@@ -120,5 +120,13 @@ Tensor& add_(Tensor& self, double v);
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
 /// self += value * t1 / t2
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
+/// dst = src * scale converted to dst's dtype, in one pass over the data (src broadcasts to
+/// dst; floating dtypes, one device). Equal bit for bit to `dst.copy_(mul(src, scale))`: the
+/// product is computed and rounded in src's dtype (16-bit floats in f32) before the
+/// conversion, so scaling down before a cast to f16 keeps large values finite. What DDP's
+/// gradient_compression uses to divide by the world size while casting to 16 bits. Throws
+/// dltrain::Error for non-floating dtypes, two devices, a shape that does not broadcast, or a
+/// leaf that requires grad while grad mode is on.
+Tensor& copy_scaled_(Tensor& dst, const Tensor& src, double scale);
 
 }  // namespace dltrain

@@ -18,6 +18,9 @@ namespace dltrain::backend::cuda {
 /// dst[...] = convert(src[...]): src broadcast to dst's shape, any strides and dtypes, both
 /// on the same CUDA device.
 void copy(const Tensor& dst, const Tensor& src);
+/// dst[...] = convert<dst>(convert<src>(src[...] * scale)), the product in src's compute type
+/// (float for 16-bit floats): copy_scaled_. Floating dtypes only.
+void copy_scaled(const Tensor& dst, const Tensor& src, double scale);
 
 /// Floating unary maps. Parameters: LeakyRelu a = negative slope; Clamp [a, b] (infinite for
 /// an absent bound); Pow a = exponent; Softplus a = beta, b = threshold; Elu a = alpha.

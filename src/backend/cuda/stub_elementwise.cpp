@@ -6,6 +6,7 @@
 namespace dltrain::backend::cuda {
 
 void copy(const Tensor&, const Tensor&) { unavailable("copying a CUDA tensor"); }
+void copy_scaled(const Tensor&, const Tensor&, double) { unavailable("copy_scaled_"); }
 void unary(UnaryOp op, const Tensor&, const Tensor&, double, double) { unavailable(op_name(op)); }
 void binary(BinaryOp op, const Tensor&, const Tensor&, const Tensor&, double) {
   unavailable(op_name(op));
