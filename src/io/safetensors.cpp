@@ -1,21 +1,23 @@
 // safetensors reader and writer.
 //
-// The header is parsed by a small JSON parser written here: dltrain has no JSON
-// dependency and the header is a fixed, tiny subset (objects, arrays, strings,
-// integers). The parser accepts any well-formed JSON (so an error says "bad value" rather
-// than "unsupported syntax") but keeps integers exact up to 2^64 - 1 and nests at most
-// 64 levels, so a hostile header cannot overflow the stack. Everything in the header is
-// validated before a tensor is allocated; then the tensors are read in file order with
-// one positioned read each, straight into their storage.
+// The header is JSON, read and written with nlohmann/json (ordered_json, so members keep
+// the document's order). Its DOM parser is wrapped to add what the format needs and the
+// library lacks: duplicate keys are an error (nlohmann keeps the last one silently), nesting
+// stops at 64 levels, and every parse error is a dltrain::Error naming the file and the byte
+// offset. Integers are exact up to 2^64 - 1 (nlohmann's number_unsigned); anything else where
+// a size or offset belongs is rejected. Everything in the header is validated before a tensor
+// is allocated; then the tensors are read in file order with one positioned read each,
+// straight into their storage.
 #include "dltrain/io/safetensors.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
-#include <string_view>
 
 #include "dltrain/core/error.hpp"
 #include "dltrain/io/file_format.hpp"
@@ -84,306 +86,162 @@ const char* file_dtype_of(DType t) {
   DLTRAIN_FAIL(kSave, ": invalid dtype value ", static_cast<int>(t));
 }
 
-// --- JSON ------------------------------------------------------------------------------
-
-struct JsonMember;
-struct Json {
-  enum class Kind { Null, Bool, Number, String, Array, Object };
-  Kind kind = Kind::Null;
-  bool boolean = false;
-  bool is_uint = false;  // a plain non-negative integer that fits in uint64
-  uint64_t uint = 0;
-  std::string str;  // a string's value, or a number's text
-  std::vector<Json> array;
-  // In document order, duplicates kept. Not a std::pair: a vector may hold an incomplete type
-  // (C++17), a pair may not (clang rejects it).
-  std::vector<JsonMember> object;
-};
-struct JsonMember {
-  std::string key;
-  Json value;
-};
-
-const char* kind_name(Json::Kind k) {
-  switch (k) {
-    case Json::Kind::Null:
-      return "null";
-    case Json::Kind::Bool:
-      return "a boolean";
-    case Json::Kind::Number:
-      return "a number";
-    case Json::Kind::String:
-      return "a string";
-    case Json::Kind::Array:
-      return "an array";
-    case Json::Kind::Object:
-      return "an object";
-  }
-  return "?";
+template <class... A>
+[[noreturn]] void bad(const std::string& path, const A&... a) {
+  DLTRAIN_FAIL(kLoad, ": '", path, "': ", a...);
 }
 
-class JsonParser {
- public:
-  JsonParser(std::string_view text, const std::string& path) : s_(text), path_(path) {}
+constexpr const char* kCorrupt =
+    "; the file is corrupt or was not written by a safetensors writer, re-export it";
 
-  Json document() {
-    skip_ws();
-    Json v = value(0);
-    skip_ws();
-    if (i_ != s_.size()) fail("unexpected text after the end of the JSON object");
-    return v;
+// --- JSON ------------------------------------------------------------------------------
+
+using Json = nlohmann::ordered_json;  // document order: the writer's and Python's
+
+const char* kind_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "not a JSON value";
   }
+}
+
+// An iterator over the header text that records how far nlohmann's lexer has read, so that
+// errors raised from the parser callback (depth, duplicate keys) can name a byte offset too.
+class TrackedChar {
+ public:
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  TrackedChar() = default;
+  TrackedChar(const char* p, const char* begin, size_t* read) : p_(p), begin_(begin), read_(read) {}
+  reference operator*() const {
+    *read_ = static_cast<size_t>(p_ - begin_) + 1;
+    return *p_;
+  }
+  TrackedChar& operator++() {
+    ++p_;
+    return *this;
+  }
+  TrackedChar operator++(int) {
+    TrackedChar old = *this;
+    ++p_;
+    return old;
+  }
+  bool operator==(const TrackedChar& o) const { return p_ == o.p_; }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    DLTRAIN_FAIL(kLoad, ": '", path_, "' has a malformed JSON header: ", what, " at byte ", i_,
-                 " of the header (file offset ", i_ + 8,
-                 "); the file is corrupt or not a safetensors file, re-export it");
-  }
-  bool at_end() const { return i_ >= s_.size(); }
-  char peek() const { return at_end() ? '\0' : s_[i_]; }
-  void skip_ws() {
-    while (!at_end() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  void expect(char c, const char* context) {
-    if (peek() != c) fail(std::string("expected '") + c + "' " + context);
-    ++i_;
-  }
-
-  Json value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than 64 levels");
-    if (at_end()) fail("unexpected end of the header");
-    const char c = peek();
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') {
-      Json v;
-      v.kind = Json::Kind::String;
-      v.str = string();
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) return number();
-    for (const char* word : {"true", "false", "null"}) {
-      const size_t n = std::strlen(word);
-      if (s_.substr(i_, n) == word) {
-        i_ += n;
-        Json v;
-        v.kind = word[0] == 'n' ? Json::Kind::Null : Json::Kind::Bool;
-        v.boolean = word[0] == 't';
-        return v;
-      }
-    }
-    fail(std::string("unexpected character '") + c + "' where a value should start");
-  }
-
-  Json object(int depth) {
-    Json v;
-    v.kind = Json::Kind::Object;
-    ++i_;  // '{'
-    skip_ws();
-    if (peek() == '}') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      skip_ws();
-      if (peek() != '"') fail("expected a string key in an object");
-      std::string key = string();
-      skip_ws();
-      expect(':', "after an object key");
-      skip_ws();
-      v.object.push_back(JsonMember{std::move(key), value(depth + 1)});
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect('}', "or ',' after an object member");
-      return v;
-    }
-  }
-
-  Json array(int depth) {
-    Json v;
-    v.kind = Json::Kind::Array;
-    ++i_;  // '['
-    skip_ws();
-    if (peek() == ']') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      skip_ws();
-      v.array.push_back(value(depth + 1));
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect(']', "or ',' after an array element");
-      return v;
-    }
-  }
-
-  Json number() {
-    const size_t start = i_;
-    bool plain = true;
-    if (peek() == '-') {
-      plain = false;
-      ++i_;
-    }
-    auto digits = [&] {
-      const size_t b = i_;
-      while (!at_end() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-      if (i_ == b) fail("expected a digit in a number");
-    };
-    if (peek() == '0') {
-      ++i_;
-    } else {
-      digits();
-    }
-    if (peek() == '.') {
-      plain = false;
-      ++i_;
-      digits();
-    }
-    if (peek() == 'e' || peek() == 'E') {
-      plain = false;
-      ++i_;
-      if (peek() == '+' || peek() == '-') ++i_;
-      digits();
-    }
-    Json v;
-    v.kind = Json::Kind::Number;
-    v.str = std::string(s_.substr(start, i_ - start));
-    if (plain) {
-      v.is_uint = true;
-      for (char d : v.str) {
-        const uint64_t digit = static_cast<uint64_t>(d - '0');
-        if (v.uint > (std::numeric_limits<uint64_t>::max() - digit) / 10) {
-          v.is_uint = false;
-          break;
-        }
-        v.uint = v.uint * 10 + digit;
-      }
-    }
-    return v;
-  }
-
-  unsigned hex4() {
-    if (i_ + 4 > s_.size()) fail("truncated \\u escape");
-    unsigned u = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char h = s_[i_++];
-      u <<= 4;
-      if (h >= '0' && h <= '9') {
-        u |= static_cast<unsigned>(h - '0');
-      } else if (h >= 'a' && h <= 'f') {
-        u |= static_cast<unsigned>(h - 'a' + 10);
-      } else if (h >= 'A' && h <= 'F') {
-        u |= static_cast<unsigned>(h - 'A' + 10);
-      } else {
-        fail("bad hex digit in a \\u escape");
-      }
-    }
-    return u;
-  }
-
-  static void put_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string string() {
-    ++i_;  // opening quote
-    std::string out;
-    while (true) {
-      if (at_end()) fail("unterminated string");
-      const char c = s_[i_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("raw control character in a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (at_end()) fail("unterminated escape in a string");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out += e;
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {  // high surrogate: a low one must follow
-            if (s_.substr(i_, 2) != "\\u") fail("unpaired UTF-16 surrogate in a \\u escape");
-            i_ += 2;
-            const unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("unpaired UTF-16 surrogate in a \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            fail("unpaired UTF-16 surrogate in a \\u escape");
-          }
-          put_utf8(out, cp);
-          break;
-        }
-        default:
-          fail(std::string("invalid escape '\\") + e + "' in a string");
-      }
-    }
-  }
-
-  std::string_view s_;
-  const std::string& path_;
-  size_t i_ = 0;
+  const char* p_ = nullptr;
+  const char* begin_ = nullptr;
+  size_t* read_ = nullptr;
 };
 
-void append_json_string(std::string& out, const std::string& s) {
-  static const char* hex = "0123456789abcdef";
-  out += '"';
-  for (char c : s) {
+[[noreturn]] void malformed(const std::string& path, const std::string& what, size_t byte) {
+  DLTRAIN_FAIL(kLoad, ": '", path, "' has a malformed JSON header: ", what, " at byte ", byte,
+               " of the header (file offset ", byte + 8,
+               "); the file is corrupt or not a safetensors file, re-export it");
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1,
+// column 52: " prefix (the offset is reported in the file's terms instead).
+std::string json_detail(const nlohmann::json::exception& e) {
+  std::string m = e.what();
+  if (const size_t b = m.find("] "); m.rfind("[json.exception.", 0) == 0 && b != std::string::npos)
+    m.erase(0, b + 2);
+  if (m.rfind("parse error", 0) == 0)
+    if (const size_t c = m.find(": "); c != std::string::npos) m.erase(0, c + 2);
+  // Its "last read" excerpt copies the file's bytes: keep the message printable ASCII.
+  std::string out;
+  for (const char c : m) {
     const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
+    if (u >= 0x20 && u < 0x7F) {
       out += c;
-    } else if (u < 0x20) {
-      out += "\\u00";
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
       out += hex[u >> 4];
       out += hex[u & 15];
-    } else {
-      out += c;
     }
   }
-  out += '"';
+  return out;
+}
+
+// Parses the header with nlohmann/json and two checks its DOM parser lacks: nesting at most
+// kMaxDepth levels (the parser is iterative, but a deep document is never a safetensors
+// header) and no duplicate key in any object (nlohmann keeps the last one silently, the
+// reference implementation rejects the file). Any failure is a dltrain::Error naming the
+// file and the byte offset.
+Json parse_header_json(const std::string& text, const std::string& path) {
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;  // the last key read in this object
+  };
+  std::vector<Frame> stack;
+  size_t read = 0;  // characters the lexer has consumed
+  const auto at = [&] { return read == 0 ? size_t{0} : read - 1; };
+  auto check = [&](int /*depth*/, nlohmann::json::parse_event_t event, Json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        if (stack.size() > static_cast<size_t>(kMaxDepth))
+          malformed(path, "nesting deeper than " + std::to_string(kMaxDepth) + " levels", at());
+        stack.push_back(Frame{event == E::object_start, {}, {}});
+        break;
+      case E::object_end:
+      case E::array_end:
+        stack.pop_back();
+        break;
+      case E::key: {
+        Frame& f = stack.back();
+        std::string k = parsed.get<std::string>();
+        if (!f.keys.insert(k).second) {
+          if (stack.size() == 1)
+            bad(path,
+                k == "__metadata__" ? std::string("the header has two \"__metadata__\" entries")
+                                    : "tensor name '" + k + "' appears twice in the header",
+                "; names must be unique, re-export the file (byte ", at(),
+                " of the header, file offset ", at() + 8, ")");
+          if (stack.size() == 2)
+            bad(path,
+                stack[0].key == "__metadata__" ? std::string("\"__metadata__\" has key '")
+                                               : "tensor '" + stack[0].key + "' has field '",
+                k, "' twice (byte ", at(), " of the header, file offset ", at() + 8, ")", kCorrupt);
+          malformed(path, "key '" + k + "' appears twice in one object", at());
+        }
+        f.key = std::move(k);
+        break;
+      }
+      case E::value:
+        break;
+    }
+    return true;
+  };
+  const char* b = text.data();
+  try {
+    return Json::parse(TrackedChar(b, b, &read), TrackedChar(b + text.size(), b, &read), check);
+  } catch (const nlohmann::json::parse_error& e) {
+    malformed(path, json_detail(e), e.byte == 0 ? 0 : e.byte - 1);
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number like 1e999
+    malformed(path, json_detail(e), at());
+  }
 }
 
 // --- header ----------------------------------------------------------------------------
@@ -401,30 +259,22 @@ struct Header {
   uint64_t data_start = 0;  // file offset of the data section
 };
 
-template <class... A>
-[[noreturn]] void bad(const std::string& path, const A&... a) {
-  DLTRAIN_FAIL(kLoad, ": '", path, "': ", a...);
-}
-
-constexpr const char* kCorrupt =
-    "; the file is corrupt or was not written by a safetensors writer, re-export it";
-
 uint64_t as_uint(const Json& v, const std::string& path, const std::string& tensor,
                  const char* field) {
-  if (v.kind != Json::Kind::Number || !v.is_uint)
+  if (!v.is_number_unsigned())
     bad(path, "tensor '", tensor, "': ", field, " must hold non-negative integers but has ",
-        v.kind == Json::Kind::Number ? v.str : kind_name(v.kind), kCorrupt);
-  return v.uint;
+        v.is_number() ? v.dump() : kind_name(v), kCorrupt);
+  return v.get<uint64_t>();
 }
 
 Entry parse_entry(const std::string& name, const Json& v, const std::string& path) {
-  if (v.kind != Json::Kind::Object)
-    bad(path, "tensor '", name, "' is described by ", kind_name(v.kind),
+  if (!v.is_object())
+    bad(path, "tensor '", name, "' is described by ", kind_name(v),
         " instead of an object {\"dtype\", \"shape\", \"data_offsets\"}", kCorrupt);
   Entry e;
   e.name = name;
   const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
-  for (const auto& [key, field] : v.object) {
+  for (const auto& [key, field] : v.items()) {
     const Json** slot = key == "dtype"          ? &dtype
                         : key == "shape"        ? &shape
                         : key == "data_offsets" ? &offsets
@@ -432,7 +282,6 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pat
     if (slot == nullptr)
       bad(path, "tensor '", name, "' has an unknown field '", key,
           "' (expected only dtype, shape, data_offsets)", kCorrupt);
-    if (*slot != nullptr) bad(path, "tensor '", name, "' has field '", key, "' twice", kCorrupt);
     *slot = &field;
   }
   if (!dtype || !shape || !offsets)
@@ -441,12 +290,12 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pat
         : !shape ? "\"shape\""
                  : "\"data_offsets\"",
         " field", kCorrupt);
-  if (dtype->kind != Json::Kind::String)
-    bad(path, "tensor '", name, "': dtype must be a string but is ", kind_name(dtype->kind),
-        kCorrupt);
-  e.spec = find_dtype(dtype->str);
+  if (!dtype->is_string())
+    bad(path, "tensor '", name, "': dtype must be a string but is ", kind_name(*dtype), kCorrupt);
+  const std::string& dtype_name = dtype->get_ref<const std::string&>();
+  e.spec = find_dtype(dtype_name);
   if (e.spec == nullptr)
-    bad(path, "tensor '", name, "' has unknown dtype '", dtype->str,
+    bad(path, "tensor '", name, "' has unknown dtype '", dtype_name,
         "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL, and U16 U32 U64 F8_E4M3 F8_E5M2 "
         "which dltrain cannot hold)",
         kCorrupt);
@@ -455,12 +304,11 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pat
         ", which dltrain has no tensor type for (dltrain holds F64 F32 F16 BF16 I64 I32 U8 "
         "BOOL, and widens I16/I8 to int32); convert that tensor in PyTorch (e.g. "
         ".to(torch.int64) or .float()) and re-export the file");
-  if (shape->kind != Json::Kind::Array)
-    bad(path, "tensor '", name, "': shape must be an array but is ", kind_name(shape->kind),
-        kCorrupt);
+  if (!shape->is_array())
+    bad(path, "tensor '", name, "': shape must be an array but is ", kind_name(*shape), kCorrupt);
   uint64_t numel = 1;
   bool overflow = false;
-  for (const Json& d : shape->array) {
+  for (const Json& d : *shape) {
     const uint64_t s = as_uint(d, path, name, "shape");
     if (s > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       bad(path, "tensor '", name, "' has an impossible size ", s, " in its shape", kCorrupt);
@@ -468,10 +316,10 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pat
     numel *= s;
     e.shape.push_back(static_cast<int64_t>(s));
   }
-  if (offsets->kind != Json::Kind::Array || offsets->array.size() != 2)
+  if (!offsets->is_array() || offsets->size() != 2)
     bad(path, "tensor '", name, "': data_offsets must be an array [begin, end]", kCorrupt);
-  e.begin = as_uint(offsets->array[0], path, name, "data_offsets");
-  e.end = as_uint(offsets->array[1], path, name, "data_offsets");
+  e.begin = as_uint((*offsets)[0], path, name, "data_offsets");
+  e.end = as_uint((*offsets)[1], path, name, "data_offsets");
   if (e.end < e.begin)
     bad(path, "tensor '", name, "' has data_offsets [", e.begin, ", ", e.end,
         "] that end before they begin", kCorrupt);
@@ -513,33 +361,25 @@ Header read_header(const detail::InputFile& f) {
   if (n < 2 || text[0] != '{')
     bad(path, "the header does not start with '{' (", n,
         " header bytes); this is not a safetensors file");
-  const Json root = JsonParser(text, path).document();
-  if (root.kind != Json::Kind::Object) bad(path, "the JSON header is not an object", kCorrupt);
+  const Json root = parse_header_json(text, path);
+  if (!root.is_object()) bad(path, "the JSON header is not an object", kCorrupt);
 
   Header h;
   h.data_start = 8 + n;
   const uint64_t data_size = f.size() - h.data_start;
-  std::set<std::string> seen;
-  bool have_meta = false;
-  for (const auto& [name, v] : root.object) {
+  // Keys are unique here (parse_header_json rejects duplicates).
+  for (const auto& [name, v] : root.items()) {
     if (name == "__metadata__") {
-      if (have_meta) bad(path, "the header has two \"__metadata__\" entries", kCorrupt);
-      have_meta = true;
-      if (v.kind != Json::Kind::Object)
-        bad(path, "\"__metadata__\" must be an object of strings but is ", kind_name(v.kind),
-            kCorrupt);
-      for (const auto& [key, val] : v.object) {
-        if (val.kind != Json::Kind::String)
-          bad(path, "\"__metadata__\" entry '", key, "' must be a string but is ",
-              kind_name(val.kind), kCorrupt);
-        if (!h.metadata.emplace(key, val.str).second)
-          bad(path, "\"__metadata__\" has key '", key, "' twice", kCorrupt);
+      if (!v.is_object())
+        bad(path, "\"__metadata__\" must be an object of strings but is ", kind_name(v), kCorrupt);
+      for (const auto& [key, val] : v.items()) {
+        if (!val.is_string())
+          bad(path, "\"__metadata__\" entry '", key, "' must be a string but is ", kind_name(val),
+              kCorrupt);
+        h.metadata.emplace(key, val.get<std::string>());
       }
       continue;
     }
-    if (!seen.insert(name).second)
-      bad(path, "tensor name '", name,
-          "' appears twice in the header; names must be unique, re-export the file");
     h.entries.push_back(parse_entry(name, v, path));
   }
 
@@ -658,18 +498,10 @@ void save_safetensors(const std::string& path, const StateDict& sd,
   // The header only needs shapes and dtypes: build it first, then convert and write one
   // tensor at a time so at most one extra copy (device->CPU, or a non-contiguous view)
   // exists at once.
-  std::string header = "{";
+  Json doc = Json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      first = false;
-      append_json_string(header, k);
-      header += ':';
-      append_json_string(header, v);
-    }
-    header += '}';
+    Json& meta = doc["__metadata__"] = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
   uint64_t offset = 0;
   for (const auto& [name, t] : sd) {
@@ -681,20 +513,22 @@ void save_safetensors(const std::string& path, const StateDict& sd,
     DLTRAIN_CHECK(t.defined(), kSave, ": cannot write '", path, "': tensor '", name,
                   "' is undefined");
     const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-    if (header.size() > 1) header += ',';
-    append_json_string(header, name);
-    header += ":{\"dtype\":\"";
-    header += file_dtype_of(t.dtype());
-    header += "\",\"shape\":[";
-    for (size_t d = 0; d < t.shape().size(); ++d) {
-      if (d > 0) header += ',';
-      header += std::to_string(t.shape()[d]);
-    }
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + nbytes) + "]}";
+    Json shape = Json::array();
+    for (int64_t d : t.shape()) shape.push_back(d);
+    // Member order as the reference writer's: dtype, shape, data_offsets.
+    doc[name] = Json{{"dtype", file_dtype_of(t.dtype())},
+                     {"shape", std::move(shape)},
+                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
-  header += '}';
+  std::string header;
+  try {
+    header = doc.dump();
+  } catch (const nlohmann::json::type_error& e) {  // 316: a name or value is not UTF-8
+    DLTRAIN_FAIL(kSave, ": cannot write '", path, "': ", json_detail(e),
+                 "; safetensors headers are JSON, so every tensor name and metadata key and "
+                 "value must be valid UTF-8 text; rename the entry");
+  }
   header.append((8 - header.size() % 8) % 8, ' ');
 
   detail::AtomicOutputFile out(path, kSave);

@@ -233,6 +233,12 @@ TEST_CASE("save_safetensors refuses bad names and leaves the destination alone",
   StateDict unnamed;
   unnamed.insert("", ones({1}));
   REQUIRE_THROWS_WITH(io::save_safetensors(path, unnamed), Contains("empty name"));
+  // The header is JSON text: a name or metadata that is not UTF-8 cannot be written.
+  StateDict latin1;
+  latin1.insert("caf\xe9", ones({1}));
+  REQUIRE_THROWS_WITH(io::save_safetensors(path, latin1),
+                      Contains(path) && Contains("UTF-8") && Contains("rename"));
+  REQUIRE_THROWS_WITH(io::save_safetensors(path, good, {{"note", "\xff"}}), Contains("UTF-8"));
   REQUIRE(read_bytes(path) == before);
   REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
 
@@ -303,19 +309,37 @@ TEST_CASE("load_safetensors: malformed JSON headers", "[io][safetensors][errors]
   const std::string deep = "{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}";
   for (const Bad& b : std::vector<Bad>{
            {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", "expected '}'"},
-           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x)", "after the end"},
-           {R"({"a":{"dtype":"F32" "shape":[1],"data_offsets":[0,4]}})", "or ','"},
-           {R"({"a":{"dtype":"F\q32","shape":[1],"data_offsets":[0,4]}})", "invalid escape"},
-           {R"({"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})", "or ','"},
-           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},})", "string key"},
-           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,tru]}})", "unexpected character"},
-           {"{\"a\":\"unterminated", "unterminated string"},
-           {deep, "deeper than 64"}}) {
+           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x)", "expected end of input"},
+           {R"({"a":{"dtype":"F32" "shape":[1],"data_offsets":[0,4]}})",
+            "unexpected string literal"},
+           {R"({"a":{"dtype":"F\q32","shape":[1],"data_offsets":[0,4]}})", "after backslash"},
+           {R"({"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})",
+            "unexpected number literal"},
+           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},})", "object key"},
+           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,tru]}})", "invalid literal"},
+           {"{\"a\":\"unterminated", "missing closing quote"},
+           {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+            "ill-formed UTF-8 byte; last read: '\"a\\xff'"},
+           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,1e999]}})", "1e999"},
+           {deep, "deeper than 64"},
+           {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"k":1,"k":2}}})",
+            "key 'k' appears twice"}}) {
     INFO(b.header);
     write_bytes(f, st_file(b.header, {0, 0, 128, 63}));
     REQUIRE_THROWS_WITH(io::load_safetensors(f),
                         Contains(f) && Contains("malformed JSON") && Contains(b.message));
   }
+  // The error says where: the byte of the header and of the file.
+  write_bytes(f, st_file(R"({"a":{"dtype":"F32",})", {0, 0, 128, 63}));
+  REQUIRE_THROWS_WITH(io::load_safetensors(f),
+                      Contains("at byte 20 of the header (file offset 28)"));
+  write_bytes(f, st_file("{\"x\":" + std::string(70, '[') + std::string(70, ']') + "}"));
+  REQUIRE_THROWS_WITH(io::load_safetensors(f),
+                      Contains("deeper than 64 levels at byte 69 of the header"));
+  // Members keep the document's order: two empty tensors (same offsets) load as listed.
+  write_bytes(f, st_file(R"({"z":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                         R"("a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})"));
+  REQUIRE(io::load_safetensors(f).keys() == std::vector<std::string>{"z", "a"});
   // Escapes decode, including a surrogate pair, and names may hold any character.
   write_bytes(
       f,
@@ -355,7 +379,22 @@ TEST_CASE("load_safetensors: invalid tensor entries name the tensor", "[io][safe
            {"4 unused bytes before tensor 'w'"}},
           {R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
            data8,
-           {"tensor name 'w' appears twice"}},
+           {"tensor name 'w' appears twice", "file offset 64"}},
+          {R"({"w":{"dtype":"F32","shape":[2],"dtype":"F32","data_offsets":[0,8]}})",
+           data8,
+           {"tensor 'w' has field 'dtype' twice"}},
+          {R"({"__metadata__":{"k":"a","k":"b"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+           data8,
+           {"\"__metadata__\" has key 'k' twice"}},
+          {R"({"__metadata__":{},"__metadata__":{},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+           data8,
+           {"two \"__metadata__\" entries"}},
+          {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8.5]}})",
+           data8,
+           {"tensor 'w'", "non-negative integers but has 8.5"}},
+          {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551616]}})",
+           data8,
+           {"tensor 'w'", "non-negative integers"}},
           {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
            data8,
            {"tensor 'w'", "non-negative integers", "-2"}},

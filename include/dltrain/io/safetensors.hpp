@@ -7,9 +7,9 @@
 // StateDict order, pads the header with spaces to a multiple of 8 (so every tensor
 // starts 8-byte aligned, as the reference implementation does) and replaces the
 // destination atomically (write `path + ".tmp"`, then rename). The reader accepts only
-// what the reference implementation accepts: a header that fits the file, valid JSON,
-// unique names, known dtypes, byte sizes equal to numel * itemsize, and offsets that
-// tile the data section exactly (no gaps, no overlaps, no trailing bytes). Anything
+// what the reference implementation accepts: a header that fits the file, valid JSON
+// (UTF-8, no duplicate key in any object), known dtypes, byte sizes equal to numel * itemsize, and
+// offsets that tile the data section exactly (no gaps, no overlaps, no trailing bytes). Anything
 // else raises dltrain::Error naming the file, the tensor and the fix.
 #pragma once
 
@@ -43,8 +43,9 @@ struct TensorInfo {
 /// i64 I64, u8 U8, b8 BOOL). The file appears atomically: the data goes to
 /// `path + ".tmp"`, is flushed to disk, and is renamed over `path`, so a crash never
 /// leaves a half-written file under `path`. Throws dltrain::Error on an empty name or
-/// the reserved name "__metadata__", an undefined tensor, or an I/O failure (naming the
-/// file and the OS error).
+/// the reserved name "__metadata__", a name or metadata string that is not valid UTF-8
+/// (the header is JSON text), an undefined tensor, or an I/O failure (naming the file and
+/// the OS error).
 void save_safetensors(const std::string& path, const StateDict& sd,
                       const std::map<std::string, std::string>& metadata = {});
 
