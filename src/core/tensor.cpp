@@ -170,8 +170,8 @@ void Tensor::register_hook(GradHook hook) const {
   i->hooks.push_back(std::move(hook));
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::backward({*this}, {gradient}, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
 }
 
 template <class T>

@@ -110,8 +110,10 @@ Tensor Tensor::clone(MemoryFormat fmt) const {
     NoGradGuard g;
     out.copy_(*this);
   }
-  autograd::record("clone", {*this}, {out},
-                   [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  autograd::record(
+      "clone", {*this}, {out},
+      [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -134,9 +136,10 @@ Tensor Tensor::to(DType dt) const {
   }
   if (is_floating(dt)) {
     const DType from = dtype();
-    autograd::record("to_dtype", {*this}, {out}, [from](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{g[0].to(from)};
-    });
+    autograd::record(
+        "to_dtype", {*this}, {out},
+        [from](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(from)}; },
+        autograd::HigherOrder::Supported);
   }
   return out;
 }
@@ -154,9 +157,10 @@ Tensor Tensor::to(Device dev, bool non_blocking) const {
     out.copy_(src, non_blocking);
   }
   const Device from = device();
-  autograd::record("to_device", {*this}, {out}, [from](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0].to(from)};
-  });
+  autograd::record(
+      "to_device", {*this}, {out},
+      [from](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(from)}; },
+      autograd::HigherOrder::Supported);
   return out;
 }
 

@@ -37,6 +37,17 @@ constexpr double kSqrt1_2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
+constexpr auto kHigher = autograd::HigherOrder::Supported;
+
+// True inside a backward function run by a create_graph backward: formulas then use
+// differentiable ops instead of fused gradient kernels (the kernels stay the fast path).
+bool creating_graph() { return autograd::grad_mode_enabled(); }
+
+// g where mask holds, else 0 (differentiable in g; the mask is piecewise constant).
+Tensor grad_where(const Tensor& mask, const Tensor& g) {
+  return where(mask, g, zeros({}, g.options()));
+}
+
 // Output for `shape`, in `like`'s memory format when like has that shape.
 Tensor out_like(const Shape& shape, DType dt, const Tensor& like) {
   const MemoryFormat fmt =
@@ -221,11 +232,13 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   DLTRAIN_OP_SCOPE("add", a, b);
   Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
   autograd::record(
-      "add", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
+      "add", {a, b}, {out},
+      [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
         return std::vector<Tensor>{
             a.requires_grad ? grad_for(g[0], a) : Tensor(),
             b.requires_grad ? grad_for(alpha == 1 ? g[0] : mul(g[0], alpha), b) : Tensor()};
-      });
+      },
+      kHigher);
   return out;
 }
 
@@ -233,36 +246,40 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   DLTRAIN_OP_SCOPE("sub", a, b);
   Tensor out = binary_raw(BinaryOp::Sub, a, b, alpha);
   autograd::record(
-      "sub", {a, b}, {out}, [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
+      "sub", {a, b}, {out},
+      [a = meta(a), b = meta(b), alpha](const std::vector<Tensor>& g) {
         return std::vector<Tensor>{a.requires_grad ? grad_for(g[0], a) : Tensor(),
                                    b.requires_grad ? grad_for(mul(g[0], -alpha), b) : Tensor()};
-      });
+      },
+      kHigher);
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("mul", a, b);
   Tensor out = binary_raw(BinaryOp::Mul, a, b, 1.0);
-  autograd::record("mul", {a, b}, {out},
-                   [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
-                    rb = b.requires_grad()](const std::vector<Tensor>& g) {
-                     return std::vector<Tensor>{ra ? grad_for(mul(g[0], b), a) : Tensor(),
-                                                rb ? grad_for(mul(g[0], a), b) : Tensor()};
-                   });
+  autograd::record(
+      "mul", {a, b}, {out},
+      [a, b, ra = a.requires_grad(), rb = b.requires_grad()](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{ra ? grad_for(mul(g[0], b), a) : Tensor(),
+                                   rb ? grad_for(mul(g[0], a), b) : Tensor()};
+      },
+      kHigher);
   return out;
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("div", a, b);
   Tensor out = binary_raw(BinaryOp::Div, a, b, 1.0);
-  autograd::record("div", {a, b}, {out},
-                   [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
-                    rb = b.requires_grad()](const std::vector<Tensor>& g) {
-                     Tensor ga, gb;
-                     if (ra) ga = grad_for(div(g[0], b), a);
-                     if (rb) gb = grad_for(neg(div(mul(g[0], a), mul(b, b))), b);
-                     return std::vector<Tensor>{ga, gb};
-                   });
+  autograd::record(
+      "div", {a, b}, {out},
+      [a, b, ra = a.requires_grad(), rb = b.requires_grad()](const std::vector<Tensor>& g) {
+        Tensor ga, gb;
+        if (ra) ga = grad_for(div(g[0], b), a);
+        if (rb) gb = grad_for(neg(div(mul(g[0], a), mul(b, b))), b);
+        return std::vector<Tensor>{ga, gb};
+      },
+      kHigher);
   return out;
 }
 
@@ -274,23 +291,24 @@ Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
 namespace {
 Tensor extremum(BinaryOp kind, const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(kind, a, b, 1.0);
-  autograd::record(cu::op_name(kind), {a, b}, {out},
-                   [a = a.detach(), b = b.detach(), ra = a.requires_grad(), rb = b.requires_grad(),
-                    kind](const std::vector<Tensor>& g) {
-                     // Share of the gradient that goes to a: 1 where a wins, 0.5 on ties, 0 where b
-                     // wins.
-                     const GradOp code =
-                         kind == BinaryOp::Max ? GradOp::MaxWeight : GradOp::MinWeight;
-                     Tensor wa = binary_float(code, a, b, [kind](auto x, auto y) {
-                       using A = decltype(x);
-                       if (x == y) return A(0.5);
-                       return (kind == BinaryOp::Max ? x > y : x < y) ? A(1) : A(0);
-                     });
-                     Tensor ga, gb;
-                     if (ra) ga = grad_for(mul(g[0], wa), a);
-                     if (rb) gb = grad_for(mul(g[0], add(neg(wa), 1.0)), b);
-                     return std::vector<Tensor>{ga, gb};
-                   });
+  autograd::record(
+      cu::op_name(kind), {a, b}, {out},
+      [a = a.detach(), b = b.detach(), ra = a.requires_grad(), rb = b.requires_grad(),
+       kind](const std::vector<Tensor>& g) {
+        // Share of the gradient that goes to a: 1 where a wins, 0.5 on ties, 0 where b
+        // wins.
+        const GradOp code = kind == BinaryOp::Max ? GradOp::MaxWeight : GradOp::MinWeight;
+        Tensor wa = binary_float(code, a, b, [kind](auto x, auto y) {
+          using A = decltype(x);
+          if (x == y) return A(0.5);
+          return (kind == BinaryOp::Max ? x > y : x < y) ? A(1) : A(0);
+        });
+        Tensor ga, gb;
+        if (ra) ga = grad_for(mul(g[0], wa), a);
+        if (rb) gb = grad_for(mul(g[0], add(neg(wa), 1.0)), b);
+        return std::vector<Tensor>{ga, gb};
+      },
+      kHigher);
   return out;
 }
 }  // namespace
@@ -304,8 +322,9 @@ Tensor neg(const Tensor& x) {
   DLTRAIN_OP_SCOPE("neg", x);
   Tensor out = is_floating(x.dtype()) ? unary_float(UnaryOp::Neg, x, [](auto v) { return -v; })
                                       : mul(x.detach(), -1.0);
-  autograd::record("neg", {x}, {out},
-                   [](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(g[0])}; });
+  autograd::record(
+      "neg", {x}, {out},
+      [](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(g[0])}; }, kHigher);
   return out;
 }
 
@@ -313,9 +332,12 @@ Tensor exp(const Tensor& x) {
   DLTRAIN_OP_SCOPE("exp", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::exp, {&x})) return exp((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Exp, x, [](auto v) { return std::exp(v); });
-  autograd::record("exp", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{mul(g[0], o)};
-  });
+  autograd::record(
+      "exp", {x}, {out},
+      [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{mul(g[0], o.get())};
+      },
+      kHigher);
   return out;
 }
 
@@ -323,18 +345,21 @@ Tensor log(const Tensor& x) {
   DLTRAIN_OP_SCOPE("log", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x})) return log((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Log, x, [](auto v) { return std::log(v); });
-  autograd::record("log", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{div(g[0], x)};
-  });
+  autograd::record(
+      "log", {x}, {out},
+      [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], x)}; }, kHigher);
   return out;
 }
 
 Tensor sqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sqrt", x);
   Tensor out = unary_float(UnaryOp::Sqrt, x, [](auto v) { return std::sqrt(v); });
-  autograd::record("sqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{div(mul(g[0], 0.5), o)};
-  });
+  autograd::record(
+      "sqrt", {x}, {out},
+      [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{div(mul(g[0], 0.5), o.get())};
+      },
+      kHigher);
   return out;
 }
 
@@ -342,21 +367,28 @@ Tensor rsqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("rsqrt", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::rsqrt, {&x})) return rsqrt((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Rsqrt, x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
-  autograd::record("rsqrt", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{mul(g[0], mul(pow(o, 3.0), -0.5))};
-  });
+  autograd::record(
+      "rsqrt", {x}, {out},
+      [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{mul(g[0], mul(pow(o.get(), 3.0), -0.5))};
+      },
+      kHigher);
   return out;
 }
 
 Tensor abs(const Tensor& x) {
   DLTRAIN_OP_SCOPE("abs", x);
   Tensor out = unary_float(UnaryOp::Abs, x, [](auto v) { return std::abs(v); });
-  autograd::record("abs", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(GradOp::Abs, g[0], x, [](auto gv, auto v) {
-      using A = decltype(v);
-      return v > A(0) ? gv : (v < A(0) ? -gv : A(0));
-    })};
-  });
+  autograd::record(
+      "abs", {x}, {out},
+      [x = x.detach()](const std::vector<Tensor>& g) {
+        if (creating_graph()) return std::vector<Tensor>{mul(g[0], sign(x))};
+        return std::vector<Tensor>{binary_float(GradOp::Abs, g[0], x, [](auto gv, auto v) {
+          using A = decltype(v);
+          return v > A(0) ? gv : (v < A(0) ? -gv : A(0));
+        })};
+      },
+      kHigher);
   return out;
 }
 
@@ -367,10 +399,13 @@ Tensor pow(const Tensor& x, double e) {
   if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x})) return pow((*ac)[0], e);
   Tensor out = unary_float(
       UnaryOp::Pow, x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); }, e);
-  autograd::record("pow", {x}, {out}, [x = x.detach(), e](const std::vector<Tensor>& g) {
-    if (e == 0.0) return std::vector<Tensor>{zeros_like(x)};
-    return std::vector<Tensor>{mul(g[0], mul(pow(x, e - 1.0), e))};
-  });
+  autograd::record(
+      "pow", {x}, {out},
+      [x, e](const std::vector<Tensor>& g) {
+        if (e == 0.0) return std::vector<Tensor>{zeros_like(x)};
+        return std::vector<Tensor>{mul(g[0], mul(pow(x, e - 1.0), e))};
+      },
+      kHigher);
   return out;
 }
 
@@ -380,14 +415,16 @@ Tensor pow(const Tensor& x, const Tensor& y) {
   detail::check_defined("pow", x, "self");
   detail::check_defined("pow", y, "exponent");
   Tensor out = binary_float(BinaryOp::Pow, x, y, [](auto a, auto b) { return std::pow(a, b); });
-  autograd::record("pow", {x, y}, {out},
-                   [x = x.detach(), y = y.detach(), o = out.detach(), rx = x.requires_grad(),
-                    ry = y.requires_grad()](const std::vector<Tensor>& g) {
-                     Tensor gx, gy;
-                     if (rx) gx = grad_for(mul(g[0], mul(y, pow(x, sub(y, 1.0)))), x);
-                     if (ry) gy = grad_for(mul(g[0], mul(o, log(x))), y);
-                     return std::vector<Tensor>{gx, gy};
-                   });
+  autograd::record(
+      "pow", {x, y}, {out},
+      [x, y, o = autograd::SavedOutput(out), rx = x.requires_grad(),
+       ry = y.requires_grad()](const std::vector<Tensor>& g) {
+        Tensor gx, gy;
+        if (rx) gx = grad_for(mul(g[0], mul(y, pow(x, sub(y, 1.0)))), x);
+        if (ry) gy = grad_for(mul(g[0], mul(o.get(), log(x))), y);
+        return std::vector<Tensor>{gx, gy};
+      },
+      kHigher);
   return out;
 }
 
@@ -395,11 +432,15 @@ Tensor relu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("relu", x);
   Tensor out =
       unary_float(UnaryOp::Relu, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
-  autograd::record("relu", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(GradOp::Relu, g[0], o, [](auto gv, auto v) {
-      return v > decltype(v)(0) ? gv : decltype(v)(0);
-    })};
-  });
+  autograd::record(
+      "relu", {x}, {out},
+      [o = out.detach()](const std::vector<Tensor>& g) {
+        if (creating_graph()) return std::vector<Tensor>{grad_where(gt(o, 0.0), g[0])};
+        return std::vector<Tensor>{binary_float(GradOp::Relu, g[0], o, [](auto gv, auto v) {
+          return v > decltype(v)(0) ? gv : decltype(v)(0);
+        })};
+      },
+      kHigher);
   return out;
 }
 
@@ -409,16 +450,51 @@ Tensor leaky_relu(const Tensor& x, double slope) {
       UnaryOp::LeakyRelu, x,
       [slope](auto v) { return v > decltype(v)(0) ? v : v * static_cast<decltype(v)>(slope); },
       slope);
-  autograd::record("leaky_relu", {x}, {out}, [x = x.detach(), slope](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(
-        GradOp::LeakyRelu, g[0], x,
-        [slope](auto gv, auto v) {
-          return v > decltype(v)(0) ? gv : gv * static_cast<decltype(v)>(slope);
-        },
-        slope)};
-  });
+  autograd::record(
+      "leaky_relu", {x}, {out},
+      [x = x.detach(), slope](const std::vector<Tensor>& g) {
+        if (creating_graph()) return std::vector<Tensor>{where(gt(x, 0.0), g[0], mul(g[0], slope))};
+        return std::vector<Tensor>{binary_float(
+            GradOp::LeakyRelu, g[0], x,
+            [slope](auto gv, auto v) {
+              return v > decltype(v)(0) ? gv : gv * static_cast<decltype(v)>(slope);
+            },
+            slope)};
+      },
+      kHigher);
   return out;
 }
+
+namespace {
+// gelu'(x) as a differentiable tensor, for create_graph backward. The tanh form is a
+// composite of ops; the erf form takes its value from the fused kernel (Phi has no op) and
+// records its own derivative gelu''(x) = phi(x) (2 - x^2), itself a composite.
+Tensor gelu_derivative(const Tensor& x, bool approximate) {
+  if (approximate) {
+    const Tensor x2 = mul(x, x);
+    const Tensor t = tanh(mul(add(x, mul(mul(x2, x), 0.044715)), kSqrt2OverPi));
+    const Tensor dinner = mul(add(mul(x2, 3 * 0.044715), 1.0), kSqrt2OverPi);
+    return add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 0.5), add(neg(mul(t, t)), 1.0)), dinner));
+  }
+  Tensor d;
+  {
+    NoGradGuard no_grad;
+    d = binary_float(GradOp::GeluErf, ones_like(x), x.detach(), [](auto gv, auto v) {
+      using A = decltype(v);
+      const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
+      return gv * (cdf + v * A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v));
+    });
+  }
+  autograd::record(
+      "gelu_derivative", {x}, {d},
+      [x](const std::vector<Tensor>& g) {
+        const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), kInvSqrt2Pi);
+        return std::vector<Tensor>{mul(g[0], mul(pdf, add(neg(mul(x, x)), 2.0)))};
+      },
+      kHigher);
+  return d;
+}
+}  // namespace
 
 Tensor gelu(const Tensor& x, bool approximate) {
   DLTRAIN_OP_SCOPE("gelu", x);
@@ -429,21 +505,27 @@ Tensor gelu(const Tensor& x, bool approximate) {
           return A(0.5) * v * (A(1) + std::tanh(A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
         return A(0.5) * v * (A(1) + std::erf(v * A(kSqrt1_2)));
       });
-  autograd::record("gelu", {x}, {out}, [x = x.detach(), approximate](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(
-        approximate ? GradOp::GeluTanh : GradOp::GeluErf, g[0], x, [approximate](auto gv, auto v) {
-          using A = decltype(v);
-          if (approximate) {
-            const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
-            const A t = std::tanh(inner);
-            const A dinner = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
-            return gv * (A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dinner);
-          }
-          const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
-          const A pdf = A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v);
-          return gv * (cdf + v * pdf);
-        })};
-  });
+  autograd::record(
+      "gelu", {x}, {out},
+      [x, approximate](const std::vector<Tensor>& g) {
+        if (creating_graph())
+          return std::vector<Tensor>{mul(g[0], gelu_derivative(x, approximate))};
+        return std::vector<Tensor>{binary_float(
+            approximate ? GradOp::GeluTanh : GradOp::GeluErf, g[0], x,
+            [approximate](auto gv, auto v) {
+              using A = decltype(v);
+              if (approximate) {
+                const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
+                const A t = std::tanh(inner);
+                const A dinner = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
+                return gv * (A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dinner);
+              }
+              const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
+              const A pdf = A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v);
+              return gv * (cdf + v * pdf);
+            })};
+      },
+      kHigher);
   return out;
 }
 
@@ -453,20 +535,36 @@ Tensor sigmoid(const Tensor& x) {
     using A = decltype(v);
     return v >= A(0) ? A(1) / (A(1) + std::exp(-v)) : std::exp(v) / (A(1) + std::exp(v));
   });
-  autograd::record("sigmoid", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(
-        GradOp::Sigmoid, g[0], o, [](auto gv, auto s) { return gv * s * (decltype(s)(1) - s); })};
-  });
+  autograd::record(
+      "sigmoid", {x}, {out},
+      [so = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
+        if (creating_graph()) {
+          const Tensor o = so.get();
+          return std::vector<Tensor>{mul(g[0], mul(o, add(neg(o), 1.0)))};
+        }
+        return std::vector<Tensor>{
+            binary_float(GradOp::Sigmoid, g[0], so.data(),
+                         [](auto gv, auto s) { return gv * s * (decltype(s)(1) - s); })};
+      },
+      kHigher);
   return out;
 }
 
 Tensor tanh(const Tensor& x) {
   DLTRAIN_OP_SCOPE("tanh", x);
   Tensor out = unary_float(UnaryOp::Tanh, x, [](auto v) { return std::tanh(v); });
-  autograd::record("tanh", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(
-        GradOp::Tanh, g[0], o, [](auto gv, auto t) { return gv * (decltype(t)(1) - t * t); })};
-  });
+  autograd::record(
+      "tanh", {x}, {out},
+      [so = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
+        if (creating_graph()) {
+          const Tensor o = so.get();
+          return std::vector<Tensor>{mul(g[0], add(neg(mul(o, o)), 1.0))};
+        }
+        return std::vector<Tensor>{binary_float(GradOp::Tanh, g[0], so.data(), [](auto gv, auto t) {
+          return gv * (decltype(t)(1) - t * t);
+        })};
+      },
+      kHigher);
   return out;
 }
 
@@ -481,15 +579,20 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
         return v < A(l) ? A(l) : (v > A(h) ? A(h) : v);
       },
       l, h);
-  autograd::record("clamp", {x}, {out}, [x = x.detach(), l, h](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(
-        GradOp::Clamp, g[0], x,
-        [l, h](auto gv, auto v) {
-          using A = decltype(v);
-          return (v >= A(l) && v <= A(h)) ? gv : A(0);
-        },
-        l, h)};
-  });
+  autograd::record(
+      "clamp", {x}, {out},
+      [x = x.detach(), l, h](const std::vector<Tensor>& g) {
+        if (creating_graph())
+          return std::vector<Tensor>{grad_where(logical_and(ge(x, l), le(x, h)), g[0])};
+        return std::vector<Tensor>{binary_float(
+            GradOp::Clamp, g[0], x,
+            [l, h](auto gv, auto v) {
+              using A = decltype(v);
+              return (v >= A(l) && v <= A(h)) ? gv : A(0);
+            },
+            l, h)};
+      },
+      kHigher);
   return out;
 }
 
@@ -516,13 +619,20 @@ Tensor silu(const Tensor& x) {
     using A = decltype(v);
     return v / (A(1) + std::exp(-v));
   });
-  autograd::record("silu", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(GradOp::Silu, g[0], x, [](auto gv, auto v) {
-      using A = decltype(v);
-      const A s = A(1) / (A(1) + std::exp(-v));
-      return gv * s * (A(1) + v * (A(1) - s));
-    })};
-  });
+  autograd::record(
+      "silu", {x}, {out},
+      [x](const std::vector<Tensor>& g) {
+        if (creating_graph()) {
+          const Tensor s = sigmoid(x);
+          return std::vector<Tensor>{mul(g[0], mul(s, add(mul(x, add(neg(s), 1.0)), 1.0)))};
+        }
+        return std::vector<Tensor>{binary_float(GradOp::Silu, g[0], x, [](auto gv, auto v) {
+          using A = decltype(v);
+          const A s = A(1) / (A(1) + std::exp(-v));
+          return gv * s * (A(1) + v * (A(1) - s));
+        })};
+      },
+      kHigher);
   return out;
 }
 
@@ -539,17 +649,22 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
         return v * b > A(threshold) ? v : std::log1p(std::exp(v * b)) / b;
       },
       beta, threshold);
-  autograd::record("softplus", {x}, {out},
-                   [x = x.detach(), beta, threshold](const std::vector<Tensor>& g) {
-                     return std::vector<Tensor>{binary_float(
-                         GradOp::Softplus, g[0], x,
-                         [beta, threshold](auto gv, auto v) {
-                           using A = decltype(v);
-                           const A z = std::exp(v * A(beta));
-                           return v * A(beta) > A(threshold) ? gv : gv * z / (z + A(1));
-                         },
-                         beta, threshold)};
-                   });
+  autograd::record(
+      "softplus", {x}, {out},
+      [x, beta, threshold](const std::vector<Tensor>& g) {
+        if (creating_graph())
+          return std::vector<Tensor>{
+              where(gt(mul(x, beta), threshold), g[0], mul(g[0], sigmoid(mul(x, beta))))};
+        return std::vector<Tensor>{binary_float(
+            GradOp::Softplus, g[0], x,
+            [beta, threshold](auto gv, auto v) {
+              using A = decltype(v);
+              const A z = std::exp(v * A(beta));
+              return v * A(beta) > A(threshold) ? gv : gv * z / (z + A(1));
+            },
+            beta, threshold)};
+      },
+      kHigher);
   return out;
 }
 
@@ -562,15 +677,20 @@ Tensor elu(const Tensor& x, double alpha) {
         return v > A(0) ? v : A(alpha) * std::expm1(v);
       },
       alpha);
-  autograd::record("elu", {x}, {out}, [x = x.detach(), alpha](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(
-        GradOp::Elu, g[0], x,
-        [alpha](auto gv, auto v) {
-          using A = decltype(v);
-          return v > A(0) ? gv : gv * A(alpha) * std::exp(v);
-        },
-        alpha)};
-  });
+  autograd::record(
+      "elu", {x}, {out},
+      [x, alpha](const std::vector<Tensor>& g) {
+        if (creating_graph())
+          return std::vector<Tensor>{where(gt(x, 0.0), g[0], mul(g[0], mul(exp(x), alpha)))};
+        return std::vector<Tensor>{binary_float(
+            GradOp::Elu, g[0], x,
+            [alpha](auto gv, auto v) {
+              using A = decltype(v);
+              return v > A(0) ? gv : gv * A(alpha) * std::exp(v);
+            },
+            alpha)};
+      },
+      kHigher);
   return out;
 }
 
@@ -578,14 +698,22 @@ Tensor mish(const Tensor& x) {
   DLTRAIN_OP_SCOPE("mish", x);
   Tensor out =
       unary_float(UnaryOp::Mish, x, [](auto v) { return v * std::tanh(std::log1p(std::exp(v))); });
-  autograd::record("mish", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(GradOp::Mish, g[0], x, [](auto gv, auto v) {
-      using A = decltype(v);
-      const A t = std::tanh(std::log1p(std::exp(v)));
-      const A s = A(1) / (A(1) + std::exp(-v));
-      return gv * (t + v * s * (A(1) - t * t));
-    })};
-  });
+  autograd::record(
+      "mish", {x}, {out},
+      [x](const std::vector<Tensor>& g) {
+        if (creating_graph()) {
+          const Tensor t = tanh(softplus(x));
+          const Tensor d = add(t, mul(mul(x, sigmoid(x)), add(neg(mul(t, t)), 1.0)));
+          return std::vector<Tensor>{mul(g[0], d)};
+        }
+        return std::vector<Tensor>{binary_float(GradOp::Mish, g[0], x, [](auto gv, auto v) {
+          using A = decltype(v);
+          const A t = std::tanh(std::log1p(std::exp(v)));
+          const A s = A(1) / (A(1) + std::exp(-v));
+          return gv * (t + v * s * (A(1) - t * t));
+        })};
+      },
+      kHigher);
   return out;
 }
 
@@ -595,30 +723,39 @@ Tensor hardswish(const Tensor& x) {
     using A = decltype(v);
     return v <= A(-3) ? A(0) : (v >= A(3) ? v : v * (v + A(3)) / A(6));
   });
-  autograd::record("hardswish", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{binary_float(GradOp::Hardswish, g[0], x, [](auto gv, auto v) {
-      using A = decltype(v);
-      return v < A(-3) ? A(0) : (v <= A(3) ? gv * (v / A(3) + A(0.5)) : gv);
-    })};
-  });
+  autograd::record(
+      "hardswish", {x}, {out},
+      [x](const std::vector<Tensor>& g) {
+        if (creating_graph()) {
+          const Tensor mid = where(le(x, 3.0), mul(g[0], add(div(x, 3.0), 0.5)), g[0]);
+          return std::vector<Tensor>{grad_where(ge(x, -3.0), mid)};
+        }
+        return std::vector<Tensor>{binary_float(GradOp::Hardswish, g[0], x, [](auto gv, auto v) {
+          using A = decltype(v);
+          return v < A(-3) ? A(0) : (v <= A(3) ? gv * (v / A(3) + A(0.5)) : gv);
+        })};
+      },
+      kHigher);
   return out;
 }
 
 Tensor sin(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sin", x);
   Tensor out = unary_float(UnaryOp::Sin, x, [](auto v) { return std::sin(v); });
-  autograd::record("sin", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{mul(g[0], cos(x))};
-  });
+  autograd::record(
+      "sin", {x}, {out},
+      [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], cos(x))}; },
+      kHigher);
   return out;
 }
 
 Tensor cos(const Tensor& x) {
   DLTRAIN_OP_SCOPE("cos", x);
   Tensor out = unary_float(UnaryOp::Cos, x, [](auto v) { return std::cos(v); });
-  autograd::record("cos", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{neg(mul(g[0], sin(x)))};
-  });
+  autograd::record(
+      "cos", {x}, {out},
+      [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(mul(g[0], sin(x)))}; },
+      kHigher);
   return out;
 }
 
@@ -626,9 +763,10 @@ Tensor log1p(const Tensor& x) {
   DLTRAIN_OP_SCOPE("log1p", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log1p, {&x})) return log1p((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Log1p, x, [](auto v) { return std::log1p(v); });
-  autograd::record("log1p", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{div(g[0], add(x, 1.0))};
-  });
+  autograd::record(
+      "log1p", {x}, {out},
+      [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], add(x, 1.0))}; },
+      kHigher);
   return out;
 }
 
@@ -636,9 +774,12 @@ Tensor expm1(const Tensor& x) {
   DLTRAIN_OP_SCOPE("expm1", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::expm1, {&x})) return expm1((*ac)[0]);
   Tensor out = unary_float(UnaryOp::Expm1, x, [](auto v) { return std::expm1(v); });
-  autograd::record("expm1", {x}, {out}, [o = out.detach()](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{mul(g[0], add(o, 1.0))};
-  });
+  autograd::record(
+      "expm1", {x}, {out},
+      [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{mul(g[0], add(o.get(), 1.0))};
+      },
+      kHigher);
   return out;
 }
 
@@ -648,9 +789,10 @@ Tensor sign(const Tensor& x) {
     using A = decltype(v);
     return A((A(0) < v) - (v < A(0)));
   });
-  autograd::record("sign", {x}, {out}, [x = x.detach()](const std::vector<Tensor>&) {
-    return std::vector<Tensor>{zeros_like(x)};
-  });
+  autograd::record(
+      "sign", {x}, {out},
+      [x = x.detach()](const std::vector<Tensor>&) { return std::vector<Tensor>{zeros_like(x)}; },
+      kHigher);
   return out;
 }
 
@@ -680,11 +822,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     });
   }
   autograd::record(
-      "where", {a, b}, {out}, [c, a = meta(a), b = meta(b)](const std::vector<Tensor>& g) {
+      "where", {a, b}, {out},
+      [c, a = meta(a), b = meta(b)](const std::vector<Tensor>& g) {
         Tensor z = zeros({}, g[0].options());
         return std::vector<Tensor>{a.requires_grad ? grad_for(where(c, g[0], z), a) : Tensor(),
                                    b.requires_grad ? grad_for(where(c, z, g[0]), b) : Tensor()};
-      });
+      },
+      kHigher);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/reduction.hpp"
 #include "src/backend/cpu/gemm.hpp"
 #include "src/backend/cuda/blas.hpp"
 #include "src/backend/cuda/dnn.hpp"
@@ -107,20 +108,28 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = y2.view(out_shape);
   const bool rx = x.requires_grad(), rw = weight.requires_grad(),
              rb = bias.defined() && bias.requires_grad();
-  autograd::record("linear", {x, weight, bias}, {y},
-                   [xs = rw ? x2 : Tensor(), ws = rx ? w : Tensor(), x_shape = x.shape(), rx, rw,
-                    rb, rows, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
-                     const Tensor gy = g[0].dtype() == dt ? g[0] : g[0].to(dt);
-                     const Tensor g2 = gy.reshape({rows, out_features});
-                     Tensor gx, gw, gb;
-                     if (rx) gx = cuda_mm(g2, ws).view(x_shape);
-                     if (rw) gw = cuda_mm(g2.t(), xs);
-                     if (rb) {
-                       gb = empty({out_features}, g2.options());
-                       backend::cuda::channel_sum(gb, g2);
-                     }
-                     return std::vector<Tensor>{gx, gw, gb};
-                   });
+  autograd::record(
+      "linear", {x, weight, bias}, {y},
+      [xs = rw ? x : Tensor(), ws = rx ? weight : Tensor(), x_shape = x.shape(), rx, rw, rb, rows,
+       in, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
+        const Tensor gy = g[0].dtype() == dt ? g[0] : g[0].to(dt);
+        const Tensor g2 = gy.reshape({rows, out_features});
+        Tensor gx, gw, gb;
+        if (autograd::grad_mode_enabled()) {  // create_graph: differentiable ops
+          if (rx) gx = mm(g2, ws).reshape(x_shape);
+          if (rw) gw = mm(g2.t(), xs.reshape({rows, in}));
+          if (rb) gb = sum(g2, {0});
+          return std::vector<Tensor>{gx, gw, gb};
+        }
+        if (rx) gx = cuda_mm(g2.detach(), ws.detach()).view(x_shape);
+        if (rw) gw = cuda_mm(g2.t().detach(), xs.detach().reshape({rows, in}));
+        if (rb) {
+          gb = empty({out_features}, g2.options());
+          backend::cuda::channel_sum(gb, g2);
+        }
+        return std::vector<Tensor>{gx, gw, gb};
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -137,12 +146,13 @@ Tensor mm(const Tensor& a, const Tensor& b) {
                 " differ; transpose an operand or fix its shape");
   Tensor out = batched_product(a.detach().unsqueeze(0), b.detach().unsqueeze(0)).squeeze(0);
   const bool ra = a.requires_grad(), rb = b.requires_grad();
-  autograd::record("mm", {a, b}, {out},
-                   [as = rb ? a.detach() : Tensor(), bs = ra ? b.detach() : Tensor(), ra,
-                    rb](const std::vector<Tensor>& g) {
-                     return std::vector<Tensor>{ra ? mm(g[0], bs.t()) : Tensor(),
-                                                rb ? mm(as.t(), g[0]) : Tensor()};
-                   });
+  autograd::record(
+      "mm", {a, b}, {out},
+      [as = rb ? a : Tensor(), bs = ra ? b : Tensor(), ra, rb](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{ra ? mm(g[0], bs.t()) : Tensor(),
+                                   rb ? mm(as.t(), g[0]) : Tensor()};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -158,12 +168,13 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
                 "matmul for broadcasting batch dims");
   Tensor out = batched_product(a, b);
   const bool ra = a.requires_grad(), rb = b.requires_grad();
-  autograd::record("bmm", {a, b}, {out},
-                   [as = rb ? a.detach() : Tensor(), bs = ra ? b.detach() : Tensor(), ra,
-                    rb](const std::vector<Tensor>& g) {
-                     return std::vector<Tensor>{ra ? bmm(g[0], bs.transpose(1, 2)) : Tensor(),
-                                                rb ? bmm(as.transpose(1, 2), g[0]) : Tensor()};
-                   });
+  autograd::record(
+      "bmm", {a, b}, {out},
+      [as = rb ? a : Tensor(), bs = ra ? b : Tensor(), ra, rb](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{ra ? bmm(g[0], bs.transpose(1, 2)) : Tensor(),
+                                   rb ? bmm(as.transpose(1, 2), g[0]) : Tensor()};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 

@@ -142,10 +142,12 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim) {
   } else {
     out = sum_kernel(xin, p, sum_dtype(x.dtype()));
   }
-  autograd::record("sum", {x}, {out},
-                   [keep = p.out_keep, in = x.shape()](const std::vector<Tensor>& g) {
-                     return std::vector<Tensor>{g[0].reshape(keep).expand(in)};
-                   });
+  autograd::record(
+      "sum", {x}, {out},
+      [keep = p.out_keep, in = x.shape()](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{g[0].reshape(keep).expand(in)};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -235,7 +237,7 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
         [ix = indices, keep = p.out_keep, in = x.shape(), d,
          nd = x.dim()](const std::vector<Tensor>& g) {
           if (nd == 0) return std::vector<Tensor>{g[0].reshape(in)};
-          if (g[0].device().is_cuda()) {
+          if (g[0].device().is_cuda() && !autograd::grad_mode_enabled()) {
             Tensor gi = zeros(in, g[0].options());
             backend::cuda::extreme_backward(gi, g[0].detach().reshape(keep), ix.reshape(keep), d);
             return std::vector<Tensor>{gi};
@@ -243,9 +245,11 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
           Shape ar_shape(static_cast<size_t>(nd), 1);
           ar_shape[d] = in[d];
           Tensor pos = arange(static_cast<double>(in[d]), DType::i64).reshape(ar_shape);
+          if (ix.device() != pos.device()) pos = pos.to(ix.device());
           Tensor mask = eq(pos, ix.reshape(keep));
           return std::vector<Tensor>{where(mask, g[0].reshape(keep), zeros({}, g[0].options()))};
-        });
+        },
+        autograd::HigherOrder::Supported);
   }
   return {values, indices};
 }
@@ -256,10 +260,13 @@ Tensor extreme_all(const char* op, const Tensor& x, bool is_max) {
   // The closure keeps a detached handle: `v` itself gets this node as its grad_fn, and a node
   // that owns its own output is a reference cycle that leaks the whole graph when no backward
   // runs (as in max(abs(a - b)).item(); found by LeakSanitizer).
-  autograd::record(op, {x}, {v}, [x = x.detach(), v = v.detach()](const std::vector<Tensor>& g) {
-    Tensor mask = eq(x, v).to(g[0].dtype());
-    return std::vector<Tensor>{mul(mask, div(g[0], sum(mask)))};
-  });
+  autograd::record(
+      op, {x}, {v},
+      [x = x.detach(), v = v.detach()](const std::vector<Tensor>& g) {
+        Tensor mask = eq(x, v).to(g[0].dtype());
+        return std::vector<Tensor>{mul(mask, div(g[0], sum(mask)))};
+      },
+      autograd::HigherOrder::Supported);
   return v;
 }
 

@@ -71,9 +71,10 @@ std::optional<Shape> view_strides(const Shape& os, const Shape& ost, const Shape
 
 void record_reshape_back(const char* name, const Tensor& in, const Tensor& out) {
   const Shape s = in.shape();
-  autograd::record(name, {in}, {out}, [s](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0].reshape(s)};
-  });
+  autograd::record(
+      name, {in}, {out},
+      [s](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].reshape(s)}; },
+      autograd::HigherOrder::Supported);
 }
 
 }  // namespace
@@ -117,9 +118,10 @@ Tensor Tensor::permute(const Shape& dims) const {
     inv[d] = i;
   }
   Tensor out = make_view(*this, ns, nst, storage_offset());
-  autograd::record("permute", {*this}, {out}, [inv](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{g[0].permute(inv)};
-  });
+  autograd::record(
+      "permute", {*this}, {out},
+      [inv](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].permute(inv)}; },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -156,11 +158,20 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Tensor out = make_view(*this, ns, nst, storage_offset() + start * strides()[d]);
   const Shape in_shape = shape();
   const TensorOptions o = options();
-  autograd::record("slice", {*this}, {out}, [=](const std::vector<Tensor>& g) {
-    Tensor gi = zeros(in_shape, o);
-    gi.slice(d, start, end, step).copy_(g[0]);
-    return std::vector<Tensor>{gi};
-  });
+  autograd::record(
+      "slice", {*this}, {out},
+      [=](const std::vector<Tensor>& g) {
+        Tensor gi = zeros(in_shape, o);
+        {
+          NoGradGuard no_grad;
+          gi.slice(d, start, end, step).copy_(g[0]);
+        }
+        // Padding by zeros is linear in g; its adjoint is this slice again.
+        return std::vector<Tensor>{autograd::linear_backward(
+            "slice_backward", g[0], gi,
+            [=](const Tensor& gg) { return gg.slice(d, start, end, step); })};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -204,9 +215,12 @@ Tensor Tensor::expand(const Shape& shape) const {
   }
   Tensor out = make_view(*this, ns, nst, storage_offset());
   const Shape in_shape = this->shape();
-  autograd::record("expand", {*this}, {out}, [in_shape](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{sum_to(g[0], in_shape)};
-  });
+  autograd::record(
+      "expand", {*this}, {out},
+      [in_shape](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{sum_to(g[0], in_shape)};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -297,15 +311,18 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   }
   std::vector<DType> dts;
   for (const Tensor& t : tensors) dts.push_back(t.dtype());
-  autograd::record("cat", tensors, {out}, [sizes, dim, dts](const std::vector<Tensor>& g) {
-    std::vector<Tensor> r;
-    int64_t off = 0;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      r.push_back(g[0].narrow(dim, off, sizes[i]).to(dts[i]));
-      off += sizes[i];
-    }
-    return r;
-  });
+  autograd::record(
+      "cat", tensors, {out},
+      [sizes, dim, dts](const std::vector<Tensor>& g) {
+        std::vector<Tensor> r;
+        int64_t off = 0;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          r.push_back(g[0].narrow(dim, off, sizes[i]).to(dts[i]));
+          off += sizes[i];
+        }
+        return r;
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 

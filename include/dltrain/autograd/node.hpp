@@ -8,11 +8,21 @@
 // none) and returns one gradient per input (undefined for inputs that need
 // none), each with its input's shape. Backward closures are written with
 // ops, so they run on whatever device the tensors are on.
+//
+// Higher-order gradients (backward(create_graph=true), autograd::grad): the
+// engine then runs the closures with grad mode on, so the ops they call record
+// a graph of their own. A closure recorded with HigherOrder::Supported is
+// written so that this graph is right: it keeps its inputs as they are (with
+// their graph), its outputs as SavedOutput, and when grad mode is on it takes
+// composite formulas of differentiable ops instead of fused gradient kernels.
+// Any other node's gradients get a node that raises a clear error if a second
+// backward ever reaches it (PyTorch's "not implemented" double backward).
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +40,9 @@ struct Edge {
 
 /// Backward function of a node: output gradients in, input gradients out.
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+/// Whether a node's backward function can itself be differentiated (see the file comment).
+enum class HigherOrder { Unsupported, Supported };
 
 /// One recorded op in the autograd graph.
 class Node : public std::enable_shared_from_this<Node> {
@@ -52,6 +65,8 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
   /// Frees saved tensors; a later apply() raises a clear error.
   virtual void release() {}
+  /// True when apply() run with grad mode on records a correct graph of its gradients.
+  virtual bool supports_higher_order() const { return false; }
 
  private:
   std::string name_;
@@ -63,24 +78,50 @@ class Node : public std::enable_shared_from_this<Node> {
 /// A node whose backward is a closure (every op uses this).
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, std::vector<Edge> next, uint32_t num_outputs, BackwardFn fn);
+  FunctionNode(std::string name, std::vector<Edge> next, uint32_t num_outputs, BackwardFn fn,
+               HigherOrder higher = HigherOrder::Unsupported);
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
   void release() override;
+  bool supports_higher_order() const override { return higher_ == HigherOrder::Supported; }
 
  private:
   BackwardFn fn_;
+  HigherOrder higher_;
   bool released_ = false;
 };
 
-/// The node that accumulates into a leaf's .grad() and fires its hooks.
+/// The node that accumulates into a leaf's .grad() and fires its hooks. It holds the leaf
+/// weakly: a gradient kept with its graph (create_graph) may lead back to this node, and a
+/// strong reference would make leaf -> grad -> graph -> node -> leaf a cycle that never frees.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
-  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+  bool supports_higher_order() const override { return true; }
+  /// The leaf, or null when it no longer exists (nobody can read its gradient then).
+  std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:
-  std::shared_ptr<TensorImpl> leaf_;
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+/// An output of an op kept for its backward function. It is stored detached (keeping it
+/// with its grad_fn would be a reference cycle: output -> node -> closure -> output); get()
+/// returns that plain tensor, except while a create_graph backward runs the node that
+/// saved it: then the tensor comes back attached to that node as output `output_nr`, so
+/// formulas that use it are differentiated through the op again.
+class SavedOutput {
+ public:
+  SavedOutput() = default;
+  explicit SavedOutput(const Tensor& output, uint32_t output_nr = 0)
+      : data_(output.detach()), output_nr_(output_nr) {}
+  Tensor get() const;
+  /// The plain (detached) tensor, for kernels.
+  const Tensor& data() const { return data_; }
+
+ private:
+  Tensor data_;
+  uint32_t output_nr_ = 0;
 };
 
 /// True when autograd records ops on this thread (see NoGradGuard).
@@ -103,10 +144,24 @@ class NoGradGuard {
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 
+/// Enables recording on this thread for its lifetime, inside a NoGradGuard too (a
+/// gradient penalty computed inside an evaluation loop, the gradient checker).
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(true); }
+  ~EnableGradGuard() { set_grad_mode(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// Records a node for `outputs` computed from `inputs` (does nothing when no input
 /// requires a gradient or grad mode is off). Outputs get requires_grad and grad_fn.
+/// `higher` says whether `backward` is written for higher-order gradients (file comment).
 void record(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-            BackwardFn backward);
+            BackwardFn backward, HigherOrder higher = HigherOrder::Unsupported);
 
 /// The edge through which a gradient for `t` flows (its grad_fn, or its leaf accumulator).
 Edge gradient_edge(const Tensor& t);
@@ -116,12 +171,44 @@ Edge gradient_edge(const Tensor& t);
 /// node); DDP uses it to finish gradient reduction. Throws outside backward.
 void queue_callback(std::function<void()> fn);
 
-/// Runs backward from `roots` seeded with `grads` (undefined = ones for one-element roots).
+/// For backward functions under create_graph (helpers for HigherOrder::Supported ops).
+///
+/// grad_by_recompute: the gradients of an op with respect to `inputs` (undefined or not
+/// requiring grad ones get an undefined gradient), seeded with `grad_outputs`, found by
+/// running `reference` -- the op written as a composite of differentiable ops -- on the
+/// inputs and differentiating it with create_graph. Fused kernels stay the first-order
+/// path; this is how an op such as batch_norm or cross_entropy gets every higher order.
+std::vector<Tensor> grad_by_recompute(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& reference,
+    const std::vector<Tensor>& inputs, const std::vector<Tensor>& grad_outputs);
+
+/// linear_backward: records that `value` (computed by a kernel from `grad` alone) is a
+/// linear function of `grad` whose adjoint is `adjoint` (written with differentiable ops),
+/// so a gradient such as max-pooling's scatter or slicing's padding can be differentiated
+/// again. Returns `value`, attached to the graph when grad mode is on and grad requires it.
+Tensor linear_backward(const char* name, const Tensor& grad, const Tensor& value,
+                       std::function<Tensor(const Tensor&)> adjoint);
+
+/// Runs backward from `roots` seeded with `grads` (undefined = ones for one-element roots)
+/// and accumulates into the leaves' grad(). With create_graph the gradients are computed
+/// with a graph of their own (so they can be differentiated again) and the graph is kept.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-              bool retain_graph = false);
+              bool retain_graph = false, bool create_graph = false);
+
+/// The gradients of `outputs` (seeded with `grad_outputs`, undefined = ones for one-element
+/// outputs) with respect to `inputs`, returned instead of accumulated: no leaf's grad()
+/// changes and no hook fires. An input the outputs do not depend on is an error unless
+/// allow_unused (then its gradient is undefined). With create_graph the results carry a
+/// graph (higher-order derivatives: gradient penalties, physics-informed losses, Hessian-
+/// vector products). retain_graph defaults to create_graph, as in PyTorch.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {},
+                         std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                         bool allow_unused = false);
 
 }  // namespace dltrain::autograd
 
 namespace dltrain {
+using autograd::EnableGradGuard;
 using autograd::NoGradGuard;
-}
+}  // namespace dltrain

@@ -149,7 +149,8 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl()->grad_fn; }
   bool is_leaf() const { return impl()->grad_fn == nullptr; }
   /// Runs backward from this tensor. With no `gradient` it must be a one-element tensor.
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
   /// A tensor sharing storage but cut from the graph.
   Tensor detach() const;
   /// Registers a hook called with the final gradient of this leaf during backward,

@@ -1,0 +1,221 @@
+// Higher-order gradients: backward(create_graph), autograd::grad, the error node of ops whose
+// backward is first-order only, and second-order gradchecks of the elementwise, shape,
+// reduction and matrix ops.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <memory>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/dltrain.hpp"
+#include "tests/gradcheck.hpp"
+
+using namespace dltrain;
+using namespace dltrain::testing;
+using Catch::Contains;
+
+namespace {
+double at(const Tensor& t, size_t i) { return t.to_vector<double>()[i]; }
+}  // namespace
+
+TEST_CASE("grad of grad: third power, exp, sin", "[autograd][higher]") {
+  Tensor x = tensor({0.5, -1.0, 2.0}, DType::f64).requires_grad_();
+  Tensor y = sum(mul(mul(x, x), x));  // y' = 3x^2, y'' = 6x, y''' = 6
+  auto g1 = autograd::grad({y}, {x}, {}, std::nullopt, true);
+  REQUIRE(g1[0].requires_grad());
+  CHECK(at(g1[0], 1) == Approx(3.0));
+  auto g2 = autograd::grad({sum(g1[0])}, {x}, {}, std::nullopt, true);
+  CHECK(at(g2[0], 0) == Approx(3.0));
+  CHECK(at(g2[0], 2) == Approx(12.0));
+  auto g3 = autograd::grad({sum(g2[0])}, {x});
+  CHECK(at(g3[0], 0) == Approx(6.0));
+  CHECK_FALSE(g3[0].requires_grad());  // no create_graph: a plain tensor
+
+  Tensor z = tensor({0.3}, DType::f64).requires_grad_();
+  Tensor s = sum(sin(exp(z)));  // d2/dz2 = -sin(e^z) e^{2z} + cos(e^z) e^z
+  auto d1 = autograd::grad({s}, {z}, {}, std::nullopt, true);
+  auto d2 = autograd::grad({sum(d1[0])}, {z});
+  const double e = std::exp(0.3);
+  CHECK(at(d2[0], 0) == Approx(-std::sin(e) * e * e + std::cos(e) * e));
+}
+
+TEST_CASE("autograd::grad returns gradients without touching .grad or hooks",
+          "[autograd][higher]") {
+  Tensor w = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+  Tensor b = tensor({3.0}, DType::f64).requires_grad_();
+  int hook_calls = 0;
+  w.register_hook([&](const Tensor&) { ++hook_calls; });
+  Tensor h = mul(w, 2.0);  // a non-leaf input
+  Tensor y = sum(mul(h, b));
+  auto g = autograd::grad({y}, {h, w}, {}, true);
+  CHECK(g[0].to_vector<double>() == std::vector<double>{3, 3});
+  CHECK(g[1].to_vector<double>() == std::vector<double>{6, 6});
+  CHECK_FALSE(w.grad().defined());
+  CHECK_FALSE(b.grad().defined());
+  CHECK(hook_calls == 0);
+  // The graph was retained: a normal backward still works and accumulates.
+  y.backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{6, 6});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{6});
+  CHECK(hook_calls == 1);
+}
+
+TEST_CASE("autograd::grad errors name the problem", "[autograd][higher]") {
+  Tensor x = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+  Tensor unused = tensor({1.0}, DType::f64).requires_grad_();
+  Tensor y = sum(mul(x, x));
+  CHECK_THROWS_WITH(autograd::grad({y}, {x, unused}, {}, true),
+                    Contains("input 1") && Contains("allow_unused=true"));
+  auto g = autograd::grad({y}, {x, unused}, {}, true, false, true);
+  CHECK(g[0].defined());
+  CHECK_FALSE(g[1].defined());
+  Tensor plain = tensor({1.0}, DType::f64);
+  CHECK_THROWS_WITH(autograd::grad({y}, {plain}), Contains("does not require grad"));
+  CHECK_THROWS_WITH(autograd::grad({y}, {x}, {Tensor(), Tensor()}), Contains("grad_outputs"));
+  CHECK_THROWS_WITH(autograd::grad({mul(x, 2.0)}, {x}), Contains("one-element"));
+}
+
+TEST_CASE("backward(create_graph) accumulates gradients that carry a graph", "[autograd][higher]") {
+  Tensor x = tensor({1.0, -2.0}, DType::f64).requires_grad_();
+  Tensor y = sum(mul(mul(x, x), x));
+  y.backward(Tensor(), false, true);
+  Tensor gx = x.grad();
+  REQUIRE(gx.requires_grad());  // 3x^2 with its graph
+  CHECK(gx.to_vector<double>() == std::vector<double>{3, 12});
+  // Differentiate the gradient's norm (a gradient penalty): d/dx sum(3x^2) = 6x.
+  x.set_grad(Tensor());
+  sum(gx).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{6, -12});
+}
+
+TEST_CASE("a leaf whose graph-carrying gradient is dropped is freed", "[autograd][higher]") {
+  std::weak_ptr<TensorImpl> weak;
+  {
+    Tensor x = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+    weak = x.impl();
+    sum(mul(mul(x, x), x)).backward(Tensor(), false, true);
+    REQUIRE(x.grad().requires_grad());
+    // x -> grad -> graph of 3x^2 -> x is a cycle (as in PyTorch); dropping the gradient, as
+    // zero_grad() does, breaks it. AccumulateGrad holds x weakly, so nothing else remains.
+    x.set_grad(Tensor());
+  }
+  CHECK(weak.expired());
+}
+
+TEST_CASE("double backward through a first-order-only op raises a named error",
+          "[autograd][higher]") {
+  Tensor x = tensor({1.0, 2.0}, DType::f64).requires_grad_();
+  // An op whose backward is a kernel with no higher-order formula.
+  Tensor out = mul(x.detach(), x.detach());
+  autograd::record("square_kernel", {x}, {out}, [x = x.detach()](const std::vector<Tensor>& g) {
+    NoGradGuard ng;
+    return std::vector<Tensor>{mul(mul(g[0], x), 2.0)};
+  });
+  auto g1 = autograd::grad({sum(out)}, {x}, {}, std::nullopt, true);
+  CHECK(g1[0].to_vector<double>() == std::vector<double>{2, 4});  // first order is right
+  REQUIRE(g1[0].requires_grad());  // but carries the error node, not a silent constant
+  CHECK_THROWS_WITH(
+      autograd::grad({sum(g1[0])}, {x}),
+      Contains("double backward through 'square_kernel'") && Contains("not implemented"));
+}
+
+TEST_CASE("Hessian-vector product of a small MLP matches finite differences",
+          "[autograd][higher]") {
+  Tensor w1 = leaf({4, 3}, 1, 0.5), w2 = leaf({1, 4}, 2, 0.5);
+  Tensor x = rnd({5, 3}, 3);
+  auto loss = [&](const Tensor& a) { return sum(tanh(linear(tanh(linear(x, a)), w2))); };
+  Tensor v = rnd({4, 3}, 4);
+  Tensor g = autograd::grad({loss(w1)}, {w1}, {}, std::nullopt, true)[0];
+  Tensor hv = autograd::grad({sum(mul(g, v))}, {w1})[0];
+  // (grad(w + eps v) - grad(w - eps v)) / (2 eps)
+  const double eps = 1e-5;
+  auto grad_at = [&](double s) {
+    Tensor a = add(w1.detach(), mul(v, s)).requires_grad_();
+    return autograd::grad({loss(a)}, {a})[0];
+  };
+  Tensor fd = div(sub(grad_at(eps), grad_at(-eps)), 2 * eps);
+  CHECK(allclose(hv, fd, 1e-5, 1e-7));
+}
+
+TEST_CASE("second-order gradchecks: arithmetic and unary math", "[autograd][higher]") {
+  Tensor a = leaf({2, 3}, 11), b = leaf({3}, 12);
+  gradgradcheck([](const std::vector<Tensor>& t) { return add(t[0], t[1], 0.5); }, {a, b});
+  gradgradcheck([](const std::vector<Tensor>& t) { return sub(t[0], t[1], 2.0); }, {a, b});
+  gradgradcheck([](const std::vector<Tensor>& t) { return mul(t[0], t[1]); }, {a, b});
+  Tensor pos = add(abs(leaf({2, 3}, 13).detach()), 0.5).requires_grad_();
+  gradgradcheck([](const std::vector<Tensor>& t) { return div(t[0], t[1]); }, {a, pos});
+  gradgradcheck([](const std::vector<Tensor>& t) { return exp(t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return log(t[0]); }, {pos});
+  gradgradcheck([](const std::vector<Tensor>& t) { return sqrt(t[0]); }, {pos});
+  gradgradcheck([](const std::vector<Tensor>& t) { return rsqrt(t[0]); }, {pos});
+  gradgradcheck([](const std::vector<Tensor>& t) { return pow(t[0], 3.0); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return pow(t[0], t[1]); }, {pos, a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return neg(t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return sin(t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return cos(t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return log1p(t[0]); }, {pos});
+  gradgradcheck([](const std::vector<Tensor>& t) { return expm1(t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return maximum(t[0], t[1]); }, {a, b});
+  gradgradcheck([](const std::vector<Tensor>& t) { return mul(abs(t[0]), t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return mul(sign(t[0]), t[0]); }, {a});
+  gradgradcheck([](const std::vector<Tensor>& t) { return where(gt(t[0], 0.0), t[0], t[1]); },
+                {a, b});
+}
+
+TEST_CASE("second-order gradchecks: activations", "[autograd][higher]") {
+  // Values away from the kinks (|x| > 0.1), where the second derivative exists.
+  Generator gen(5);
+  Tensor v = randn({3, 4}, DType::f64, &gen);
+  Tensor x = add(v, mul(sign(v), 0.2)).requires_grad_();
+  gradgradcheck([](const std::vector<Tensor>& t) { return relu(t[0]); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return leaky_relu(t[0], 0.1); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return gelu(t[0], false); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return gelu(t[0], true); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return sigmoid(t[0]); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return tanh(t[0]); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return silu(t[0]); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return softplus(t[0], 2.0, 20.0); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return elu(t[0], 1.5); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return mish(t[0]); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return mul(hardswish(t[0]), 1.0); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return clamp(t[0], -0.5, 0.7); }, {x});
+  // Third order of gelu(erf) through its recorded derivative: d3/dx3 at 0.3.
+  Tensor z = tensor({0.3}, DType::f64).requires_grad_();
+  Tensor d1 = autograd::grad({sum(gelu(z, false))}, {z}, {}, std::nullopt, true)[0];
+  Tensor d2 = autograd::grad({sum(d1)}, {z}, {}, std::nullopt, true)[0];
+  Tensor d3 = autograd::grad({sum(d2)}, {z})[0];
+  // gelu''(x) = phi(x) (2 - x^2), so gelu'''(x) = phi(x) (x^3 - 4x)
+  const double phi = std::exp(-0.045) / std::sqrt(2 * M_PI);
+  CHECK(at(d2, 0) == Approx(phi * (2 - 0.09)));
+  CHECK(at(d3, 0) == Approx(phi * (0.027 - 1.2)));
+}
+
+TEST_CASE("second-order gradchecks: shapes, reductions, matrices", "[autograd][higher]") {
+  Tensor a = leaf({2, 3, 4}, 21), m = leaf({4, 5}, 22), n = leaf({2, 4, 3}, 23);
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return mul(t[0].permute({2, 0, 1}).reshape({4, 6}), t[0].reshape({4, 6}));
+      },
+      {a});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        Tensor s = t[0].slice(2, 1, 4, 2);
+        return mul(s, s);
+      },
+      {a});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return mul(cat({t[0], mul(t[0], t[0])}, 1), sum(t[0], {1}, true).expand({2, 6, 4}));
+      },
+      {a});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) { return mul(mean(t[0], {1}), sum(max(t[0], 2).first)); },
+      {a});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) { return mul(matmul(t[0], t[1]), matmul(t[0], t[1])); },
+      {a, m});
+  gradgradcheck([](const std::vector<Tensor>& t) { return tanh(bmm(t[0], t[1])); }, {a, n});
+  Tensor w = leaf({3, 4}, 24), b = leaf({3}, 25);
+  gradgradcheck([](const std::vector<Tensor>& t) { return sigmoid(linear(t[0], t[1], t[2])); },
+                {a, w, b});
+}
