@@ -124,6 +124,34 @@ Tensor SavedOutput::get() const {
   return t;
 }
 
+SavedInput::SavedInput(const Tensor& input, const Tensor& values) {
+  if (!input.defined()) return;
+  const bool alias = input.requires_grad() && input.grad_fn() && values.defined() &&
+                     values.dtype() == input.dtype() && values.shape() == input.shape();
+  if (!input.requires_grad()) {
+    data_ = values.defined() ? values.detach() : input.detach();
+  } else if (alias) {
+    data_ = values.detach();
+    grad_fn_ = input.grad_fn();
+    output_nr_ = input.impl()->output_nr;
+  } else {
+    input_ = input;
+    data_ = input.detach();
+  }
+}
+
+Tensor SavedInput::get() const {
+  if (!t_grad_enabled) return data_;
+  if (input_.defined()) return input_;
+  if (!grad_fn_) return data_;
+  Tensor t = data_.detach();
+  const auto& impl = t.impl();
+  impl->requires_grad = true;
+  impl->grad_fn = grad_fn_;
+  impl->output_nr = output_nr_;
+  return t;
+}
+
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_enabled) return false;
   for (const Tensor* t : inputs)

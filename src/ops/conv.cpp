@@ -25,6 +25,8 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/reduction.hpp"
 #include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cpu/gemm.hpp"
 #include "src/backend/cuda/dnn.hpp"
@@ -51,6 +53,10 @@ struct ConvShape {
     return {cin_g(), H, W, kh, kw, stride.h, stride.w, pad.h, pad.w, dil.h, dil.w, Ho, Wo};
   }
 };
+
+detail::ConvGeometry geometry(const ConvShape& s) {
+  return {s.N, s.Cin, s.H, s.W, s.Cout, s.kh, s.kw, s.Ho, s.Wo, s.groups, s.stride, s.pad, s.dil};
+}
 
 bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 
@@ -279,12 +285,18 @@ Tensor conv2d_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, co
              rb = bias.defined() && bias.requires_grad();
   autograd::record(
       "conv2d", {x, weight, bias}, {y},
-      [xs = x.detach(), ws = weight.detach(), d, rx, rw, rb](const std::vector<Tensor>& g) {
+      [xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
+       wh = autograd::SavedInput(weight, weight), s, xs = x.detach(), ws = weight.detach(), d, rx,
+       rw, rb](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return detail::conv2d_higher(xh.get(), wh.get(), g[0], geometry(s), rx, rw, rb);
+
         Tensor gx, gw, gb;
         backend::cpu::dnnl_conv2d_backward(xs, ws, g[0], d, rx ? &gx : nullptr, rw ? &gw : nullptr,
                                            rb ? &gb : nullptr);
         return std::vector<Tensor>{gx, gw, gb};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -308,8 +320,12 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   const ConvMeta meta{dt, x_fmt, weight.suggest_memory_format(), rx, rw, rb};
   autograd::record(
       "conv2d", {x, weight, bias}, {y},
-      [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), s, p, fmt,
-       meta](const std::vector<Tensor>& g) {
+      [xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
+       wh = autograd::SavedInput(weight, weight), rx, rw, rb, xs = rw ? x.detach() : Tensor(),
+       ws = rx ? weight.detach() : Tensor(), s, p, fmt, meta](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return detail::conv2d_higher(xh.get(), wh.get(), g[0], geometry(s), rx, rw, rb);
+
         const TensorOptions opts = TensorOptions(meta.dtype).with_device(g[0].device());
         const Tensor gy = (g[0].dtype() == meta.dtype ? g[0] : g[0].to(meta.dtype)).contiguous(fmt);
         ConvGrads r;
@@ -336,7 +352,8 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, co
           backend::cuda::channel_sum(r.gb, gy);
         }
         return std::vector<Tensor>{r.gx, r.gw, r.gb};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -415,6 +432,50 @@ Tensor conv2d_weight_grad(const Tensor& x0, const Tensor& gy0, const ConvGeometr
   return conv2d_backward(x, Tensor(), gy, s, meta).gw;
 }
 
+Tensor conv2d_weight_grad_op(const Tensor& x, const Tensor& gy, const ConvGeometry& geo,
+                             MemoryFormat fmt) {
+  Tensor gw;
+  {
+    NoGradGuard ng;
+    gw = conv2d_weight_grad(x, gy.to(x.dtype()), geo, fmt);
+  }
+  // gw is bilinear in (x, gy): <gg, gw> = <gy, conv2d(x, gg)> = <x, conv_transpose2d(gy, gg)>.
+  autograd::record(
+      "conv2d_weight_grad", {x, gy}, {gw},
+      [x, gy, geo](const std::vector<Tensor>& g) {
+        const Tensor gg = g[0].to(x.dtype());
+        return std::vector<Tensor>{
+            x.requires_grad()
+                ? conv_transpose2d(gy.to(x.dtype()), gg, Tensor(), geo.stride, geo.pad,
+                                   conv2d_output_padding(geo), geo.groups, geo.dil)
+                : Tensor(),
+            gy.requires_grad()
+                ? conv2d(x, gg, Tensor(), geo.stride, geo.pad, geo.dil, geo.groups).to(gy.dtype())
+                : Tensor()};
+      },
+      autograd::HigherOrder::Supported);
+  return gw;
+}
+
+Int2 conv2d_output_padding(const ConvGeometry& g) {
+  return Int2(g.H - ((g.Ho - 1) * g.stride.h - 2 * g.pad.h + g.dil.h * (g.kh - 1) + 1),
+              g.W - ((g.Wo - 1) * g.stride.w - 2 * g.pad.w + g.dil.w * (g.kw - 1) + 1));
+}
+
+std::vector<Tensor> conv2d_higher(const Tensor& x, const Tensor& w, const Tensor& g0,
+                                  const ConvGeometry& geo, bool rx, bool rw, bool rb) {
+  const Tensor g = g0.to(rx ? w.dtype() : x.dtype());
+  Tensor gx, gw, gb;
+  if (rx)
+    gx = conv_transpose2d(g, w, Tensor(), geo.stride, geo.pad, conv2d_output_padding(geo),
+                          geo.groups, geo.dil);
+  if (rw)
+    gw = conv2d_weight_grad_op(x, g, geo,
+                               w.defined() ? w.suggest_memory_format() : MemoryFormat::Contiguous);
+  if (rb) gb = sum(g, {0, 2, 3});
+  return {gx, gw, gb};
+}
+
 }  // namespace detail
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
@@ -491,12 +552,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
   const bool rx = x.requires_grad(), rw = weight.requires_grad(),
              rb = bias.defined() && bias.requires_grad();
   const ConvMeta meta{dt, x.suggest_memory_format(), weight.suggest_memory_format(), rx, rw, rb};
-  autograd::record("conv2d", {x, weight, bias}, {y},
-                   [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), s,
-                    meta](const std::vector<Tensor>& g) {
-                     ConvGrads r = conv2d_backward(xs, ws, g[0], s, meta);
-                     return std::vector<Tensor>{r.gx, r.gw, r.gb};
-                   });
+  autograd::record(
+      "conv2d", {x, weight, bias}, {y},
+      [xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
+       wh = autograd::SavedInput(weight, weight), rx, rw, rb, xs = rw ? x.detach() : Tensor(),
+       ws = rx ? weight.detach() : Tensor(), s, meta](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return detail::conv2d_higher(xh.get(), wh.get(), g[0], geometry(s), rx, rw, rb);
+
+        ConvGrads r = conv2d_backward(xs, ws, g[0], s, meta);
+        return std::vector<Tensor>{r.gx, r.gw, r.gb};
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 

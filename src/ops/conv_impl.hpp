@@ -3,8 +3,11 @@
 //
 // Each picks the backend conv2d itself would: cuDNN for CUDA tensors, oneDNN for f32/bf16 on
 // the CPU when available, im2col + Eigen otherwise. Operands may be NCHW or channels-last;
-// f16/bf16 compute in f32 on the im2col path. Nothing is recorded (no double backward).
+// f16/bf16 compute in f32 on the im2col path. Nothing is recorded; the _op and _higher
+// functions below are the differentiable forms that create_graph backward uses.
 #pragma once
+
+#include <vector>
 
 #include "dltrain/core/tensor.hpp"
 #include "dltrain/ops/conv.hpp"
@@ -24,5 +27,15 @@ Tensor conv2d_input_grad(const Tensor& gy, const Tensor& w, const ConvGeometry& 
 /// The weight gradient [Cout, Cin/groups, kh, kw] in memory format `fmt` from x and gy.
 Tensor conv2d_weight_grad(const Tensor& x, const Tensor& gy, const ConvGeometry& g,
                           MemoryFormat fmt);
+
+/// conv2d_weight_grad with a node (create_graph backward): differentiable in x and gy.
+Tensor conv2d_weight_grad_op(const Tensor& x, const Tensor& gy, const ConvGeometry& g,
+                             MemoryFormat fmt);
+/// The output_padding of the conv_transpose2d that maps [Ho, Wo] back to [H, W].
+Int2 conv2d_output_padding(const ConvGeometry& g);
+/// conv2d's gradients written with differentiable ops (x, w with their graph): input by
+/// conv_transpose2d, weight by conv2d_weight_grad_op, bias by a sum.
+std::vector<Tensor> conv2d_higher(const Tensor& x, const Tensor& w, const Tensor& g,
+                                  const ConvGeometry& geo, bool rx, bool rw, bool rb);
 
 }  // namespace dltrain::detail

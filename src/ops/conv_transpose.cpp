@@ -128,9 +128,20 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   autograd::record(
       "conv_transpose2d", {x, weight, bias}, {y},
       [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), g, fmt,
-       w_fmt = weight.suggest_memory_format(), rx, rw, rb](const std::vector<Tensor>& grads) {
-        NoGradGuard ng;
+       w_fmt = weight.suggest_memory_format(), rx, rw, rb,
+       xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
+       wh = rx ? autograd::SavedInput(weight, weight)
+               : autograd::SavedInput()](const std::vector<Tensor>& grads) {
         const Tensor& gy = grads[0];
+        if (autograd::grad_mode_enabled()) {  // create_graph: differentiable ops
+          Tensor gx, gw, gb;
+          if (rx)
+            gx = conv2d(gy.to(ws.dtype()), wh.get(), Tensor(), g.stride, g.pad, g.dil, g.groups);
+          if (rw) gw = detail::conv2d_weight_grad_op(gy, xh.get(), g, w_fmt);
+          if (rb) gb = sum(gy, {0, 2, 3});
+          return std::vector<Tensor>{gx, gw, gb};
+        }
+        NoGradGuard ng;
         Tensor gx, gw, gb;
         if (rx) {
           gx = conv2d(gy.to(ws.dtype()), ws, Tensor(), g.stride, g.pad, g.dil, g.groups);
@@ -139,7 +150,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
         if (rw) gw = detail::conv2d_weight_grad(gy.to(xs.dtype()), xs, g, w_fmt);
         if (rb) gb = sum(gy, {0, 2, 3});
         return std::vector<Tensor>{gx, gw, gb};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 

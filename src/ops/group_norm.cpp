@@ -47,6 +47,28 @@ MemoryFormat format_of(const Tensor& x) {
   return x.dim() == 4 ? x.suggest_memory_format() : MemoryFormat::Contiguous;
 }
 
+// group_norm written with differentiable ops: the CUDA path, and the reference that the CPU
+// kernel's create_graph backward differentiates.
+Tensor group_norm_composite(const Tensor& x, int64_t G, const Tensor& weight, const Tensor& bias,
+                            double eps) {
+  const DType dt = x.dtype();
+  const bool low = dt == DType::f16 || dt == DType::bf16;
+  const Tensor xc = low ? x.to(DType::f32) : x;
+  const Tensor g = xc.reshape({x.size(0), G, -1});
+  const Tensor mu = mean(g, {2}, true);
+  const Tensor d = sub(g, mu);
+  const Tensor var = mean(mul(d, d), {2}, true);
+  Tensor y = mul(d, rsqrt(add(var, eps))).reshape(x.shape());
+  // The affine part in the compute type too, so the output has x's dtype whatever the
+  // parameters' (an f16 activation with f32 parameters, as batch_norm).
+  const DType ct = xc.dtype();
+  y = affine(y, weight.defined() && weight.dtype() != ct ? weight.to(ct) : weight,
+             bias.defined() && bias.dtype() != ct ? bias.to(ct) : bias, x.size(1), x.dim());
+  if (y.dtype() != dt) y = y.to(dt);
+  const MemoryFormat fmt = format_of(x);
+  return y.suggest_memory_format() == fmt ? y : y.contiguous(fmt);
+}
+
 // The CPU kernels: x contiguous [N, C, S] in T (float or double), one (n, group) of
 // D = C/G * S elements per work item; sums in double. mean/rstd [N*G] are written by forward
 // and read by backward. w, b may be null (no affine).
@@ -145,8 +167,16 @@ Tensor group_norm_cpu(const Tensor& x, int64_t G, const Tensor& weight, const Te
              rb = bias.defined() && bias.requires_grad();
   autograd::record(
       "group_norm", {x, weight, bias}, {y},
-      [xc, wc, mean, rstd, N, C, S, G, dt, ct, fmt, wdt = weight.defined() ? weight.dtype() : dt,
+      [xs = autograd::SavedInput(x, xc), wi = weight, bi = bias, eps, xc, wc, mean, rstd, N, C, S,
+       G, dt, ct, fmt, wdt = weight.defined() ? weight.dtype() : dt,
        bdt = bias.defined() ? bias.dtype() : dt, rx, rw, rb](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return autograd::grad_by_recompute(
+              [G, eps](const std::vector<Tensor>& in) {
+                return std::vector<Tensor>{group_norm_composite(in[0], G, in[1], in[2], eps)};
+              },
+              {xs.get(), wi, bi}, {g[0]});
+
         const Tensor gy = g[0].to(ct).contiguous();
         Tensor gx, pw, pb;
         if (rx) gx = empty({N, C, S}, TensorOptions(ct));
@@ -167,7 +197,8 @@ Tensor group_norm_cpu(const Tensor& x, int64_t G, const Tensor& weight, const Te
         if (rw) gwo = sum(pw, {0}).to(wdt);
         if (rb) gbo = sum(pb, {0}).to(bdt);
         return std::vector<Tensor>{gxo, gwo, gbo};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -185,28 +216,13 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
                 shape_str(x.shape()));
   DLTRAIN_CHECK(is_floating(x.dtype()), "group_norm: input must be floating point but is ",
                 x.dtype());
-  const int64_t N = x.size(0), C = x.size(1);
+  const int64_t C = x.size(1);
   DLTRAIN_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: ", C, " channels of input ",
                 shape_str(x.shape()), " are not divisible by num_groups (", num_groups, ")");
   check_affine(op, weight, "weight", C);
   check_affine(op, bias, "bias", C);
   if (x.device().is_cpu()) return group_norm_cpu(x, num_groups, weight, bias, eps);
-  const DType dt = x.dtype();
-  const bool low = dt == DType::f16 || dt == DType::bf16;
-  const Tensor xc = low ? x.to(DType::f32) : x;
-  const Tensor g = xc.reshape({N, num_groups, -1});
-  const Tensor mu = mean(g, {2}, true);
-  const Tensor d = sub(g, mu);
-  const Tensor var = mean(mul(d, d), {2}, true);
-  Tensor y = mul(d, rsqrt(add(var, eps))).reshape(x.shape());
-  // The affine part in the compute type too, so the output has x's dtype whatever the
-  // parameters' (an f16 activation with f32 parameters, as batch_norm).
-  const DType ct = xc.dtype();
-  y = affine(y, weight.defined() && weight.dtype() != ct ? weight.to(ct) : weight,
-             bias.defined() && bias.dtype() != ct ? bias.to(ct) : bias, C, x.dim());
-  if (y.dtype() != dt) y = y.to(dt);
-  const MemoryFormat fmt = format_of(x);
-  return y.suggest_memory_format() == fmt ? y : y.contiguous(fmt);
+  return group_norm_composite(x, num_groups, weight, bias, eps);
 }
 
 Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,

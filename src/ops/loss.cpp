@@ -231,10 +231,21 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const Lines s = lines_of(x.shape(), wrap_dim(dim, x.dim(), op));
   Tensor xc = x.detach().contiguous();
   Tensor y = softmax_forward(xc, s, log, op);
-  autograd::record(op, {x}, {y}, [yd = y.detach(), s, log](const std::vector<Tensor>& g) {
-    Tensor gc = (g[0].dtype() == yd.dtype() ? g[0] : g[0].to(yd.dtype())).contiguous();
-    return std::vector<Tensor>{softmax_backward(gc, yd, s, log)};
-  });
+  autograd::record(
+      op, {x}, {y},
+      [ys = autograd::SavedOutput(y), s, log,
+       d = wrap_dim(dim, x.dim(), op)](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled()) {  // create_graph: the formula with ops
+          const Tensor yv = ys.get();
+          const Tensor gy = g[0].to(yv.dtype());
+          if (log) return std::vector<Tensor>{sub(gy, mul(exp(yv), sum(gy, {d}, true)))};
+          return std::vector<Tensor>{mul(yv, sub(gy, sum(mul(gy, yv), {d}, true)))};
+        }
+        const Tensor& yd = ys.data();
+        Tensor gc = (g[0].dtype() == yd.dtype() ? g[0] : g[0].to(yd.dtype())).contiguous();
+        return std::vector<Tensor>{softmax_backward(gc, yd, s, log)};
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -308,6 +319,55 @@ backend::cuda::ClassLoss cuda_class_loss(const ClassTargets& ct, int64_t ignore,
 }
 
 // What the CUDA class-loss kernels read: int64 targets and f64 weights, contiguous.
+// A class loss written with differentiable ops, the reference that create_graph backward
+// differentiates: per sample -sum_c A[c] lp[c] with A = (1-eps) w_t [c == t] + eps/C w_c
+// (0 for an ignored target), reduced as forward did (mean: divided by total_w, the summed
+// weight of the counted targets). lp [N, C, d...] are log-probabilities, target [N, d...].
+Tensor class_loss_reference(const Tensor& lp, const Tensor& target, const Tensor& weight,
+                            int64_t ignore, double eps, Reduction red, const Tensor& total_w,
+                            const Shape& out_shape) {
+  const int64_t C = lp.size(1);
+  const DType dt = lp.dtype();
+  const TensorOptions on = TensorOptions(dt).with_device(lp.device());
+  Shape cshape(static_cast<size_t>(lp.dim()), 1);
+  cshape[1] = C;
+  const Tensor cls = arange(static_cast<double>(C), DType::i64).to(lp.device()).reshape(cshape);
+  const Tensor tt = target.detach().to(DType::i64).to(lp.device()).unsqueeze(1);
+  const Tensor onehot = eq(cls, tt).to(dt);
+  const Tensor valid = ne(tt, static_cast<double>(ignore)).to(dt);
+  const Tensor wv =
+      weight.defined() ? weight.detach().to(dt).to(lp.device()).reshape(cshape) : ones(cshape, on);
+  const Tensor a =
+      mul(valid, add(mul(mul(onehot, wv), 1.0 - eps), mul(wv, eps / static_cast<double>(C))));
+  const Tensor per = neg(sum(mul(a, lp), {1}));
+  switch (red) {
+    case Reduction::None:
+      return per.reshape(out_shape);
+    case Reduction::Sum:
+      return sum(per);
+    case Reduction::Mean:
+      break;
+  }
+  return div(sum(per), total_w.to(dt));
+}
+
+// create_graph backward of a class loss: differentiates the reference at `input`.
+std::vector<Tensor> class_loss_grad(const Tensor& input, const Tensor& target, const Tensor& weight,
+                                    int64_t ignore, double eps, Reduction red,
+                                    const Tensor& total_w, bool log_softmax_first,
+                                    const Shape& out_shape, const Tensor& g) {
+  return autograd::grad_by_recompute(
+      [=](const std::vector<Tensor>& xs) {
+        const bool unbatched = xs[0].dim() == 1;
+        Tensor x = unbatched ? xs[0].unsqueeze(0) : xs[0];
+        Tensor lp = log_softmax_first ? log_softmax(x, 1) : x;
+        Tensor t = unbatched ? target.reshape({1}) : target;
+        return std::vector<Tensor>{
+            class_loss_reference(lp, t, weight, ignore, eps, red, total_w, out_shape)};
+      },
+      {input}, {g});
+}
+
 Tensor cuda_targets(const Tensor& target) { return target.detach().to(DType::i64).contiguous(); }
 Tensor cuda_weights(const Tensor& weight) {
   return weight.defined() ? weight.detach().to(DType::f64).contiguous() : Tensor();
@@ -338,14 +398,20 @@ Tensor cross_entropy_cuda(const Tensor& logits_in, const Tensor& logits, const T
       opts.reduction == Reduction::None ? (unbatched ? Shape{} : target.shape()) : Shape{};
   Tensor out = empty(out_shape, logits.options());
   backend::cuda::cross_entropy_forward(out, lse, total_w, xc, tc, wc, a, eps);
-  autograd::record(op, {logits_in}, {out},
-                   [xc, lse, tc, wc, total_w, a, eps,
-                    in_shape = logits_in.shape()](const std::vector<Tensor>& g) {
-                     Tensor dx = empty(xc.shape(), xc.options());
-                     backend::cuda::cross_entropy_backward(dx, cuda_loss_grad(g[0], xc.dtype()), xc,
-                                                           lse, total_w, tc, wc, a, eps);
-                     return std::vector<Tensor>{dx.reshape(in_shape)};
-                   });
+  autograd::record(
+      op, {logits_in}, {out},
+      [xc, lse, tc, wc, total_w, a, eps, in_shape = logits_in.shape(), li = logits_in,
+       target = target.detach(), weight = opts.weight, ignore = opts.ignore_index,
+       red = opts.reduction, out_shape](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return class_loss_grad(li, target, weight, ignore, eps, red, total_w, true, out_shape,
+                                 g[0]);
+        Tensor dx = empty(xc.shape(), xc.options());
+        backend::cuda::cross_entropy_backward(dx, cuda_loss_grad(g[0], xc.dtype()), xc, lse,
+                                              total_w, tc, wc, a, eps);
+        return std::vector<Tensor>{dx.reshape(in_shape)};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -363,14 +429,19 @@ Tensor nll_loss_cuda(const Tensor& log_probs, const Tensor& target, const NLLLos
   Tensor out =
       empty(opts.reduction == Reduction::None ? target.shape() : Shape{}, log_probs.options());
   backend::cuda::nll_loss_forward(out, total_w, xc, tc, wc, a);
-  autograd::record(op, {log_probs}, {out},
-                   [tc, wc, total_w, a, shape = log_probs.shape(),
-                    opt = log_probs.options()](const std::vector<Tensor>& g) {
-                     Tensor dx = empty(shape, opt);
-                     backend::cuda::nll_loss_backward(dx, cuda_loss_grad(g[0], opt.dtype), total_w,
-                                                      tc, wc, a);
-                     return std::vector<Tensor>{dx};
-                   });
+  autograd::record(
+      op, {log_probs}, {out},
+      [tc, wc, total_w, a, shape = log_probs.shape(), opt = log_probs.options(), li = log_probs,
+       target = target.detach(), weight = opts.weight, ignore = opts.ignore_index,
+       red = opts.reduction, out_shape = out.shape()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return class_loss_grad(li, target, weight, ignore, 0.0, red, total_w, false, out_shape,
+                                 g[0]);
+        Tensor dx = empty(shape, opt);
+        backend::cuda::nll_loss_backward(dx, cuda_loss_grad(g[0], opt.dtype), total_w, tc, wc, a);
+        return std::vector<Tensor>{dx};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -477,13 +548,17 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     Tensor out = empty(x.shape(), fmt, x.options());
     Tensor mask = empty(x.shape(), fmt, TensorOptions(DType::u8).with_device(x.device()));
     backend::cuda::dropout_forward(out, mask, x.detach(), keep, seed, base);
-    autograd::record(op, {x}, {out},
-                     [mask, keep, fmt, opt = x.options()](const std::vector<Tensor>& g) {
-                       Tensor dx = empty(mask.shape(), fmt, opt);
-                       backend::cuda::dropout_backward(
-                           dx, g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype), mask, keep);
-                       return std::vector<Tensor>{dx};
-                     });
+    autograd::record(
+        op, {x}, {out},
+        [mask, keep, fmt, opt = x.options()](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled())  // create_graph: linear in g
+            return std::vector<Tensor>{mul(g[0], div(mask.to(g[0].dtype()), keep))};
+          Tensor dx = empty(mask.shape(), fmt, opt);
+          backend::cuda::dropout_backward(dx, g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype),
+                                          mask, keep);
+          return std::vector<Tensor>{dx};
+        },
+        autograd::HigherOrder::Supported);
     return out;
   }
   const DType rdt = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
@@ -597,7 +672,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   autograd::record(
       op, {logits_in}, {out},
       [xc, lse, tv = std::move(ct.t), w, W, total_w, eps, ignore, s, red = opts.reduction,
-       in_shape = logits_in.shape()](const std::vector<Tensor>& g) {
+       in_shape = logits_in.shape(), li = logits_in, target = target_in.detach(),
+       weight = opts.weight, out_shape = out.shape()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return class_loss_grad(li, target, weight, ignore, eps, red,
+                                 scalar_tensor(total_w, TensorOptions(DType::f64)), true, out_shape,
+                                 g[0]);
         const int64_t C = s.L, S = s.inner;
         const std::vector<double> gs = sample_grads(g[0], tv.size(), red, total_w);
         Tensor dx = empty(xc.shape(), xc.options());
@@ -628,7 +708,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
           });
         });
         return std::vector<Tensor>{dx.reshape(in_shape)};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -667,7 +748,13 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
   autograd::record(
       op, {log_probs}, {out},
       [tv = std::move(ct.t), w, C, S, ignore, total_w, red = opts.reduction,
-       shape = log_probs.shape(), opt = log_probs.options()](const std::vector<Tensor>& g) {
+       shape = log_probs.shape(), opt = log_probs.options(), li = log_probs,
+       target = target.detach(), weight = opts.weight,
+       out_shape = out.shape()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return class_loss_grad(li, target, weight, ignore, 0.0, red,
+                                 scalar_tensor(total_w, TensorOptions(DType::f64)), false,
+                                 out_shape, g[0]);
         const std::vector<double> gs = sample_grads(g[0], tv.size(), red, total_w);
         Tensor dx = zeros(shape, opt);
         dispatch_floating(opt.dtype, "nll_loss_backward", [&]<class T>() {
@@ -679,7 +766,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
           }
         });
         return std::vector<Tensor>{dx};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -733,7 +821,22 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
       op, {logits, target, pos_weight}, {out},
       [x, y, pw, tdt = target.dtype(), pdt = pw.dtype(), pshape = pw.shape(),
        rx = logits.requires_grad(), ry = target.requires_grad(),
-       rp = pos_weight.defined() && pos_weight.requires_grad()](const std::vector<Tensor>& g) {
+       rp = pos_weight.defined() && pos_weight.requires_grad(), li = logits, ti = target,
+       pi = pos_weight](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled()) {
+          // create_graph: (1 - y) x + (1 + (pw - 1) y) softplus(-x), with ops.
+          return autograd::grad_by_recompute(
+              [](const std::vector<Tensor>& in) {
+                const DType dt = in[0].dtype();
+                const Tensor yv = in[1].to(dt);
+                const Tensor pv =
+                    in[2].defined() ? in[2].to(dt) : scalar_tensor(1.0, in[0].options());
+                const Tensor lw = add(mul(sub(pv, 1.0), yv), 1.0);
+                return std::vector<Tensor>{
+                    add(mul(1.0 - yv, in[0]), mul(lw, softplus(neg(in[0]))))};
+              },
+              {li, ti, pi}, g);
+        }
         Tensor gx, gy, gp;
         Tensor sp = softplus_neg_tensor(x);  // log(1 + exp(-x))
         Tensor pm1 = sub(pw, 1.0);
@@ -745,7 +848,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
         if (ry) gy = mul(g[0], sub(mul(pm1, sp), x)).to(tdt);
         if (rp) gp = sum_to(mul(g[0], mul(y, sp)), pshape).to(pdt);
         return std::vector<Tensor>{gx, gy, gp};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return reduce(out, reduction);
 }
 

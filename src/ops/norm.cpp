@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/reduction.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/dnnl.hpp"
@@ -158,6 +160,66 @@ Tensor as_4d(const Tensor& t) {
   return t.view({t.size(0), t.size(1), S, 1});
 }
 
+// --- create_graph backward: the norms written with differentiable ops ---------------------
+
+// Per-channel [C] values shaped to broadcast against x [N, C, ...].
+Tensor per_channel(const Tensor& v, const Tensor& x) {
+  Shape cs(static_cast<size_t>(x.dim()), 1);
+  cs[1] = x.size(1);
+  return v.reshape(cs);
+}
+
+// batch_norm: batch statistics when training, else the given per-channel mean and 1/std.
+Tensor batch_norm_reference(const Tensor& x, const Tensor& w, const Tensor& b, bool training,
+                            const Tensor& eval_mean, const Tensor& eval_invstd, double eps) {
+  Tensor xn;
+  if (training) {
+    Shape dims;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (d != 1) dims.push_back(d);
+    const Tensor c = sub(x, mean(x, dims, true));
+    xn = mul(c, rsqrt(add(mean(mul(c, c), dims, true), eps)));
+  } else {
+    const TensorOptions o = TensorOptions(x.dtype()).with_device(x.device());
+    xn = mul(sub(x, per_channel(eval_mean.to(o.dtype).to(o.device), x)),
+             per_channel(eval_invstd.to(o.dtype).to(o.device), x));
+  }
+  if (w.defined()) xn = mul(xn, per_channel(w, x));
+  if (b.defined()) xn = add(xn, per_channel(b, x));
+  return xn;
+}
+
+std::vector<Tensor> batch_norm_higher(const autograd::SavedInput& xs, const Tensor& w,
+                                      const Tensor& b, bool training, const Tensor& eval_mean,
+                                      const Tensor& eval_invstd, double eps, const Tensor& g) {
+  return autograd::grad_by_recompute(
+      [=](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{
+            batch_norm_reference(in[0], in[1], in[2], training, eval_mean, eval_invstd, eps)};
+      },
+      {xs.get(), w, b}, {g});
+}
+
+std::vector<Tensor> layer_norm_higher(const autograd::SavedInput& xs, const Tensor& w,
+                                      const Tensor& b, int64_t k, double eps, const Tensor& g) {
+  return autograd::grad_by_recompute(
+      [=](const std::vector<Tensor>& in) {
+        const Tensor& x = in[0];
+        Shape dims;
+        for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+        const Tensor c = sub(x, mean(x, dims, true));
+        Tensor y = mul(c, rsqrt(add(mean(mul(c, c), dims, true), eps)));
+        if (in[1].defined()) y = mul(y, in[1]);
+        if (in[2].defined()) y = add(y, in[2]);
+        return std::vector<Tensor>{y};
+      },
+      {xs.get(), w, b}, {g});
+}
+
+Tensor vector_of(const std::shared_ptr<std::vector<double>>& v) {
+  return from_vector<double>(*v, {static_cast<int64_t>(v->size())});
+}
+
 // batch_norm of a CUDA tensor (arguments checked by batch_norm; fmt is x's memory format).
 // cuDNN computes bf16 through f32 copies (its batch norm is not trusted with bf16) and f64 in
 // NCHW; the output and input gradient come back in x's dtype and format.
@@ -202,9 +264,13 @@ Tensor batch_norm_cuda(const Tensor& x, MemoryFormat fmt, const Tensor& weight, 
   }
   autograd::record(
       "batch_norm", {x, weight, bias}, {y},
-      [xc, w, save_mean, save_invstd, rm, rv, training, eps, fmt, cfmt, dt,
-       wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt, rx,
-       rw, rb](const std::vector<Tensor>& g) {
+      [xs = autograd::SavedInput(x, xc), wi = weight, bi = bias, xc, w, save_mean, save_invstd, rm,
+       rv, training, eps, fmt, cfmt, dt, wdt = weight.defined() ? weight.dtype() : dt,
+       bdt = bias.defined() ? bias.dtype() : dt, rx, rw, rb](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return batch_norm_higher(xs, wi, bi, training, rm,
+                                   rv.defined() ? rsqrt(add(rv, eps)) : Tensor(), eps, g[0]);
+
         const Tensor gy = g[0].to(xc.dtype()).contiguous(cfmt);
         const TensorOptions popts = w.options();
         Tensor gx, gw, gb;
@@ -224,7 +290,8 @@ Tensor batch_norm_cuda(const Tensor& x, MemoryFormat fmt, const Tensor& weight, 
         if (rx) gx = gx.to(dt).contiguous(fmt);
         return std::vector<Tensor>{rx ? gx : Tensor(), rw ? gw.to(wdt) : Tensor(),
                                    rb ? gb.to(bdt) : Tensor()};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -255,9 +322,12 @@ Tensor batch_norm_dnnl(const Tensor& x, const Tensor& xc, MemoryFormat fmt, cons
   }
   autograd::record(
       "batch_norm", {x, weight, bias}, {y},
-      [xc, fmt, scale, mean, var, eps, rx = x.requires_grad(),
-       wdt = weight.defined() ? weight.dtype() : DType::f32,
+      [xs = autograd::SavedInput(x, xc), wi = weight, bi = bias, xc, fmt, scale, mean, var, eps,
+       rx = x.requires_grad(), wdt = weight.defined() ? weight.dtype() : DType::f32,
        bdt = bias.defined() ? bias.dtype() : DType::f32](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return batch_norm_higher(xs, wi, bi, true, Tensor(), Tensor(), eps, g[0]);
+
         Tensor gy = g[0].to(xc.dtype()).contiguous(fmt);
         if (gy.strides() != xc.strides()) {  // size-1 dims may carry other strides
           Tensor t = empty_strided(xc.shape(), xc.strides(), xc.options());
@@ -271,7 +341,8 @@ Tensor batch_norm_dnnl(const Tensor& x, const Tensor& xc, MemoryFormat fmt, cons
                       shape_str(xc.shape()),
                       " but has no backward for it; DLTRAIN_DNNL=0 uses the built-in path");
         return std::vector<Tensor>{rx ? gx : Tensor(), gscale.to(wdt), gshift.to(bdt)};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -290,9 +361,12 @@ Tensor layer_norm_cuda(const Tensor& x, const Shape& normalized_shape, const Ten
              rb = bias.defined() && bias.requires_grad();
   autograd::record(
       "layer_norm", {x, weight, bias}, {y},
-      [xc, w, mean, rstd, D, R, ns = normalized_shape, dt = x.dtype(),
-       wdt = weight.defined() ? weight.dtype() : x.dtype(),
+      [xs = autograd::SavedInput(x, xc), wi = weight, bi = bias, eps, xc, w, mean, rstd, D, R,
+       ns = normalized_shape, dt = x.dtype(), wdt = weight.defined() ? weight.dtype() : x.dtype(),
        bdt = bias.defined() ? bias.dtype() : x.dtype(), rx, rw, rb](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return layer_norm_higher(xs, wi, bi, static_cast<int64_t>(ns.size()), eps, g[0]);
+
         const Tensor gy = (g[0].dtype() == dt ? g[0] : g[0].to(dt)).contiguous();
         const TensorOptions popts = mean.options();
         Tensor gx = rx ? empty(xc.shape(), xc.options()) : Tensor();
@@ -302,7 +376,8 @@ Tensor layer_norm_cuda(const Tensor& x, const Shape& normalized_shape, const Ten
           backend::cuda::layer_norm_backward(gx, gw, gb, gy, xc, w, mean, rstd, D);
         return std::vector<Tensor>{gx, rw ? gw.to(wdt).reshape(ns) : Tensor(),
                                    rb ? gb.to(bdt).reshape(ns) : Tensor()};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -405,10 +480,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
   autograd::record(
       op, {x, weight, bias}, {y},
-      [xc, L, fmt, mean, invstd, training, wt = weight.defined() ? weight.detach() : Tensor(),
+      [xs = autograd::SavedInput(x, xc), wi = weight, bi = bias, eps, xc, L, fmt, mean, invstd,
+       training, wt = weight.defined() ? weight.detach() : Tensor(),
        bdt = bias.defined() ? bias.dtype() : x.dtype(), rx = x.requires_grad(),
        rw = weight.defined() && weight.requires_grad(),
        rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return batch_norm_higher(xs, wi, bi, training, training ? Tensor() : vector_of(mean),
+                                   training ? Tensor() : vector_of(invstd), eps, g[0]);
+
         const int64_t C = L.C;
         const double M = static_cast<double>(L.per_channel());
         Tensor gc = g[0].dtype() == xc.dtype() ? g[0] : g[0].to(xc.dtype());
@@ -450,7 +530,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
           });
         });
         return std::vector<Tensor>{dx, dw, db};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 
@@ -518,11 +599,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
   autograd::record(
       op, {x, weight, bias}, {y},
-      [xc, D, R, grain, mean, rstd, ns = normalized_shape,
-       wt = weight.defined() ? weight.detach() : Tensor(),
+      [xs = autograd::SavedInput(x, xc), wi = weight, bi = bias, eps, xc, D, R, grain, mean, rstd,
+       ns = normalized_shape, wt = weight.defined() ? weight.detach() : Tensor(),
        bdt = bias.defined() ? bias.dtype() : x.dtype(), rx = x.requires_grad(),
        rw = weight.defined() && weight.requires_grad(),
        rb = bias.defined() && bias.requires_grad()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return layer_norm_higher(xs, wi, bi, static_cast<int64_t>(ns.size()), eps, g[0]);
+
         Tensor gc = (g[0].dtype() == xc.dtype() ? g[0] : g[0].to(xc.dtype())).contiguous();
         Tensor dx, dw, db;
         dispatch_floating(xc.dtype(), "layer_norm_backward", [&]<class T>() {
@@ -585,7 +669,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
           }
         });
         return std::vector<Tensor>{dx, dw, db};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return y;
 }
 

@@ -219,3 +219,99 @@ TEST_CASE("second-order gradchecks: shapes, reductions, matrices", "[autograd][h
   gradgradcheck([](const std::vector<Tensor>& t) { return sigmoid(linear(t[0], t[1], t[2])); },
                 {a, w, b});
 }
+
+TEST_CASE("second-order gradchecks: softmax and losses", "[autograd][higher]") {
+  Tensor x = leaf({4, 5}, 31), x3 = leaf({2, 3, 4}, 32);
+  gradgradcheck([](const std::vector<Tensor>& t) { return softmax(t[0], 1); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return log_softmax(t[0], 0); }, {x});
+  const Tensor target = tensor({1, 4, -100, 0}, DType::i64);
+  const Tensor t3 = tensor({0, 2, 1, 1, -100, 0, 2, 2}, DType::i64).reshape({2, 4});
+  for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+    CrossEntropyOptions o;
+    o.reduction = red;
+    o.label_smoothing = 0.1;
+    o.weight = tensor({0.5, 1.0, 2.0, 1.5, 0.7}, DType::f64);
+    gradgradcheck([&](const std::vector<Tensor>& t) { return cross_entropy(t[0], target, o); },
+                  {x});
+    CrossEntropyOptions o3 = o;
+    o3.weight = Tensor();
+    gradgradcheck([&](const std::vector<Tensor>& t) { return cross_entropy(t[0], t3, o3); }, {x3});
+    NLLLossOptions n;
+    n.reduction = red;
+    n.weight = o.weight;
+    // nll of log_softmax: the composite path through two nodes.
+    gradgradcheck(
+        [&](const std::vector<Tensor>& t) { return nll_loss(log_softmax(t[0], 1), target, n); },
+        {x});
+  }
+  Tensor y = leaf({4, 5}, 33);
+  gradgradcheck([](const std::vector<Tensor>& t) { return mse_loss(t[0], t[1]); }, {x, y});
+  Tensor prob = sigmoid(leaf({4, 5}, 34).detach());
+  Tensor pw = add(abs(leaf({5}, 35).detach()), 0.5).requires_grad_();
+  gradgradcheck(
+      [&](const std::vector<Tensor>& t) {
+        return binary_cross_entropy_with_logits(t[0], prob, Reduction::Mean, t[1]);
+      },
+      {x, pw});
+}
+
+TEST_CASE("second-order gradchecks: normalisation layers", "[autograd][higher]") {
+  Tensor x = leaf({3, 4, 2, 3}, 41), w = leaf({4}, 42), b = leaf({4}, 43);
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return batch_norm(t[0], t[1], t[2], Tensor(), Tensor(), true, 0.1, 1e-5);
+      },
+      {x, w, b});
+  Tensor rm = rnd({4}, 44), rv = add(abs(rnd({4}, 45)), 0.5);
+  gradgradcheck(
+      [&](const std::vector<Tensor>& t) {
+        return mul(batch_norm(t[0], t[1], t[2], rm, rv, false, 0.1, 1e-5), t[0]);
+      },
+      {x, w, b});
+  Tensor lw = leaf({2, 3}, 46), lb = leaf({2, 3}, 47);
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return layer_norm(t[0], {2, 3}, t[1], t[2], 1e-5);
+      },
+      {x, lw, lb});
+  gradgradcheck([](const std::vector<Tensor>& t) { return group_norm(t[0], 2, t[1], t[2], 1e-5); },
+                {x, w, b});
+}
+
+TEST_CASE("second-order gradchecks: convolutions", "[autograd][higher]") {
+  Tensor x = leaf({2, 4, 5, 6}, 51, 0.5), w = leaf({6, 2, 3, 3}, 52, 0.5), b = leaf({6}, 53);
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return tanh(conv2d(t[0], t[1], t[2], Int2(2, 1), Int2(1, 1), Int2(1, 2), 2));
+      },
+      {x, w, b});
+  Tensor xt = leaf({2, 4, 3, 3}, 54, 0.5), wt = leaf({4, 3, 3, 2}, 55, 0.5), bt = leaf({6}, 56);
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return tanh(conv_transpose2d(t[0], t[1], t[2], Int2(2, 2), Int2(1, 0), Int2(1, 1), 2));
+      },
+      {xt, wt, bt});
+}
+
+TEST_CASE("gradient penalty of a conv critic: f32 (oneDNN where built) agrees with f64",
+          "[autograd][higher]") {
+  // WGAN-GP: penalty = mean((|d critic / d input| - 1)^2), differentiated w.r.t. the weights.
+  auto penalty_grads = [](DType dt) {
+    Tensor w1 = rnd({4, 3, 3, 3}, 61).to(dt).requires_grad_();
+    Tensor w2 = rnd({1, 4, 3, 3}, 62).to(dt).requires_grad_();
+    Tensor x = rnd({2, 3, 6, 6}, 63).to(dt).requires_grad_();
+    Tensor h = leaky_relu(batch_norm(conv2d(x, w1, Tensor(), 1, 1), Tensor(), Tensor(), Tensor(),
+                                     Tensor(), true, 0.1, 1e-5),
+                          0.2);
+    Tensor critic = sum(conv2d(h, w2, Tensor(), 2, 0));
+    Tensor gx = autograd::grad({critic}, {x}, {}, std::nullopt, true)[0];
+    Tensor norm = sqrt(sum(mul(gx, gx), {1, 2, 3}));
+    Tensor gp = mean(mul(sub(norm, 1.0), sub(norm, 1.0)));
+    return autograd::grad({gp}, {w1, w2});
+  };
+  auto f64 = penalty_grads(DType::f64), f32 = penalty_grads(DType::f32);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(f64[i].to_vector<double>().size() == f32[i].to_vector<double>().size());
+    CHECK(allclose(f32[i].to(DType::f64), f64[i], 1e-3, 1e-4));
+  }
+}

@@ -144,6 +144,25 @@ class NoGradGuard {
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 
+/// An input of an op kept for its backward function, by the tensor the kernels read
+/// (`values`: the input made contiguous, say) plus the input's place in the graph. get()
+/// returns the values, attached to the input's graph while a create_graph backward runs,
+/// so a higher-order formula can use them without the op holding the input's own storage
+/// too. When values and input differ in dtype or shape the input itself is kept.
+class SavedInput {
+ public:
+  SavedInput() = default;
+  SavedInput(const Tensor& input, const Tensor& values);
+  Tensor get() const;
+  const Tensor& data() const { return data_; }
+
+ private:
+  Tensor data_;
+  Tensor input_;  // the input itself, when it had to be kept (a leaf, other dtype or shape)
+  std::shared_ptr<Node> grad_fn_;
+  uint32_t output_nr_ = 0;
+};
+
 /// Enables recording on this thread for its lifetime, inside a NoGradGuard too (a
 /// gradient penalty computed inside an evaluation loop, the gradient checker).
 class EnableGradGuard {
