@@ -84,6 +84,7 @@ std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grad_outputs)
 
 void FunctionNode::release() {
   fn_ = nullptr;
+  adjoint_ = nullptr;
   released_ = true;
 }
 
@@ -185,11 +186,13 @@ void attach(const std::shared_ptr<Node>& node, const std::vector<Tensor>& output
     if (!outputs[i].defined()) {
       node->output_shapes.emplace_back();
       node->output_options.emplace_back();
+      node->output_missing.push_back(true);
       continue;
     }
     const auto& o = outputs[i].impl();
     node->output_shapes.push_back(o->shape);
     node->output_options.push_back(outputs[i].options());
+    node->output_missing.push_back(false);
     if (!is_floating(o->dtype)) continue;  // indices never carry gradients
     o->requires_grad = true;
     o->grad_fn = node;
@@ -222,6 +225,21 @@ std::vector<Tensor> run_node(Node& n, const std::vector<Tensor>& grad_outputs, b
     explicit Running(Node* n) : prev(t_running) { t_running = n; }
     ~Running() { t_running = prev; }
   } running(&n);
+  auto* fn = dynamic_cast<FunctionNode*>(&n);
+  if (create_graph && fn && fn->adjoint()) {
+    // A linear backward: the kernel computes it, its adjoint is its derivative.
+    std::vector<Tensor> in_grads;
+    {
+      NoGradGuard no_grad;
+      in_grads = n.apply(grad_outputs);
+    }
+    if (!any_requires_grad(grad_outputs)) return in_grads;
+    for (Tensor& g : in_grads)
+      if (g.defined()) g = g.detach();
+    record((n.name() + "_backward").c_str(), grad_outputs, in_grads, fn->adjoint(),
+           HigherOrder::Supported);
+    return in_grads;
+  }
   if (!create_graph || n.supports_higher_order()) return n.apply(grad_outputs);
   std::vector<Tensor> in_grads;
   {
@@ -371,7 +389,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> in_grads;
     if (any && run) {
       for (uint32_t i = 0; i < p.grads.size(); ++i) {
-        if (!p.grads[i].defined() && i < n->output_shapes.size())
+        if (!p.grads[i].defined() && i < n->output_shapes.size() &&
+            !(i < n->output_missing.size() && n->output_missing[i]))
           p.grads[i] = zeros(n->output_shapes[i], n->output_options[i]);
       }
       // AccumulateGrad (no next edges) keeps its name; a function node is "<op>_backward".
@@ -428,6 +447,13 @@ std::vector<Tensor> grad_by_recompute(
   std::vector<Tensor> gs = grad(roots, wrt, seeds, true, true, true);
   for (size_t j = 0; j < wrt.size(); ++j) result[where[j]] = gs[j];
   return result;
+}
+
+void set_adjoint(const Tensor& output, BackwardFn adjoint) {
+  if (!output.defined() || !output.grad_fn()) return;
+  auto* fn = dynamic_cast<FunctionNode*>(output.grad_fn().get());
+  DLTRAIN_CHECK(fn != nullptr, "set_adjoint: the output was not produced by a recorded op");
+  fn->set_adjoint(std::move(adjoint));
 }
 
 Tensor linear_backward(const char* name, const Tensor& grad, const Tensor& value,

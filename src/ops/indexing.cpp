@@ -184,25 +184,44 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   if (weight.device().is_cuda()) {
     Tensor idx = device_index(op, indices, "indices");
     backend::cuda::take_rows(out, weight.detach().contiguous(), idx, s.outer, s.L, s.inner);
-    autograd::record(op, {weight}, {out},
-                     [idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
-                       Tensor dw = zeros({s.L, s.inner}, opt);
-                       backend::cuda::index_add_rows(dw, grad_as(g[0], opt.dtype).contiguous(), idx,
-                                                     s.outer, s.L, s.inner, pad);
-                       return std::vector<Tensor>{dw};
-                     });
+    autograd::record(
+        op, {weight}, {out},
+        [it = indices.detach(), idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled()) {  // create_graph: index_add, differentiable in g
+            const Tensor flat = it.reshape({-1});
+            Tensor gr = g[0].to(opt.dtype).reshape({flat.numel(), s.inner});
+            if (pad >= 0)
+              gr = mul(gr, ne(flat, static_cast<double>(pad)).to(opt.dtype).unsqueeze(1));
+            return std::vector<Tensor>{index_add(zeros({s.L, s.inner}, opt), 0, flat, gr)};
+          }
+
+          Tensor dw = zeros({s.L, s.inner}, opt);
+          backend::cuda::index_add_rows(dw, grad_as(g[0], opt.dtype).contiguous(), idx, s.outer,
+                                        s.L, s.inner, pad);
+          return std::vector<Tensor>{dw};
+        },
+        autograd::HigherOrder::Supported);
     return out;
   }
   const std::vector<int64_t> idx = read_index(op, indices, "indices");
   check_range(op, idx, num, "weight rows");
   take_rows(weight.detach().contiguous(), s, idx, out);
   autograd::record(
-      op, {weight}, {out}, [idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
+      op, {weight}, {out},
+      [it = indices.detach(), idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled()) {  // create_graph: index_add, differentiable in g
+          const Tensor flat = it.reshape({-1});
+          Tensor gr = g[0].to(opt.dtype).reshape({flat.numel(), s.inner});
+          if (pad >= 0) gr = mul(gr, ne(flat, static_cast<double>(pad)).to(opt.dtype).unsqueeze(1));
+          return std::vector<Tensor>{index_add(zeros({s.L, s.inner}, opt), 0, flat, gr)};
+        }
+
         Tensor dw = zeros({s.L, s.inner}, opt);
         Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
         index_add_rows(dw, s, idx, gc, pad, "embedding_backward");
         return std::vector<Tensor>{dw};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -223,13 +242,19 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     out_shape[d] = index.numel();
     Tensor out = empty(out_shape, x.options());
     backend::cuda::take_rows(out, x.detach().contiguous(), idx, s.outer, s.L, s.inner);
-    autograd::record(op, {x}, {out},
-                     [idx, s, shape = x.shape(), opt = x.options()](const std::vector<Tensor>& g) {
-                       Tensor dx = zeros(shape, opt);
-                       backend::cuda::index_add_rows(dx, grad_as(g[0], opt.dtype).contiguous(), idx,
-                                                     s.outer, s.L, s.inner, -1);
-                       return std::vector<Tensor>{dx};
-                     });
+    autograd::record(
+        op, {x}, {out},
+        [it = index.detach(), dd = d, idx, s, shape = x.shape(),
+         opt = x.options()](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled())  // create_graph: index_add, differentiable in g
+            return std::vector<Tensor>{index_add(zeros(shape, opt), dd, it, g[0].to(opt.dtype))};
+
+          Tensor dx = zeros(shape, opt);
+          backend::cuda::index_add_rows(dx, grad_as(g[0], opt.dtype).contiguous(), idx, s.outer,
+                                        s.L, s.inner, -1);
+          return std::vector<Tensor>{dx};
+        },
+        autograd::HigherOrder::Supported);
     return out;
   }
   const std::vector<int64_t> idx = read_index(op, index, "index");
@@ -240,12 +265,18 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = empty(out_shape, x.options());
   take_rows(x.detach().contiguous(), s, idx, out);
   autograd::record(
-      op, {x}, {out}, [idx, s, shape = x.shape(), opt = x.options()](const std::vector<Tensor>& g) {
+      op, {x}, {out},
+      [it = index.detach(), dd = d, idx, s, shape = x.shape(),
+       opt = x.options()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())  // create_graph: index_add, differentiable in g
+          return std::vector<Tensor>{index_add(zeros(shape, opt), dd, it, g[0].to(opt.dtype))};
+
         Tensor dx = zeros(shape, opt);
         Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
         index_add_rows(dx, s, idx, gc, -1, "index_select_backward");
         return std::vector<Tensor>{dx};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -262,25 +293,36 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     Tensor idx = device_index(op, index, "index");
     Tensor out = empty(index.shape(), x.options());
     backend::cuda::gather_dim(out, x.detach(), d, idx);
-    autograd::record(op, {x}, {out},
-                     [idx, d, shape = x.shape(), opt = x.options()](const std::vector<Tensor>& g) {
-                       Tensor dx = zeros(shape, opt);
-                       backend::cuda::scatter_add_dim(dx, d, idx, grad_as(g[0], opt.dtype));
-                       return std::vector<Tensor>{dx};
-                     });
+    autograd::record(
+        op, {x}, {out},
+        [it = index.detach(), idx, d, shape = x.shape(),
+         opt = x.options()](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled())  // create_graph: scatter_add, differentiable in g
+            return std::vector<Tensor>{scatter_add(zeros(shape, opt), d, it, g[0].to(opt.dtype))};
+
+          Tensor dx = zeros(shape, opt);
+          backend::cuda::scatter_add_dim(dx, d, idx, grad_as(g[0], opt.dtype));
+          return std::vector<Tensor>{dx};
+        },
+        autograd::HigherOrder::Supported);
     return out;
   }
   const std::vector<int64_t> idx = read_index(op, index, "index");
   check_range(op, idx, x.size(d), "the gathered dimension");
   Tensor out = gather_raw(x.detach(), d, idx, index.shape());
-  autograd::record(op, {x}, {out},
-                   [idx, d, ishape = index.shape(), shape = x.shape(),
-                    opt = x.options()](const std::vector<Tensor>& g) {
-                     Tensor dx = zeros(shape, opt);
-                     Tensor gc = g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype);
-                     scatter_into(dx, d, idx, ishape, gc, "gather_backward");
-                     return std::vector<Tensor>{dx};
-                   });
+  autograd::record(
+      op, {x}, {out},
+      [it = index.detach(), idx, d, ishape = index.shape(), shape = x.shape(),
+       opt = x.options()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())  // create_graph: scatter_add, differentiable in g
+          return std::vector<Tensor>{scatter_add(zeros(shape, opt), d, it, g[0].to(opt.dtype))};
+
+        Tensor dx = zeros(shape, opt);
+        Tensor gc = g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype);
+        scatter_into(dx, d, idx, ishape, gc, "gather_backward");
+        return std::vector<Tensor>{dx};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -313,8 +355,17 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     backend::cuda::scatter_add_dim(out, d, idx, src.detach());
     autograd::record(
         op, {x, src}, {out},
-        [idx, d, ishape = index.shape(), sshape = src.shape(), sopt = src.options(),
-         rx = x.requires_grad(), rs = src.requires_grad()](const std::vector<Tensor>& g) {
+        [it = index.detach(), idx, d, ishape = index.shape(), sshape = src.shape(),
+         sopt = src.options(), rx = x.requires_grad(),
+         rs = src.requires_grad()](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled()) {  // create_graph: gather, differentiable in g
+            DLTRAIN_CHECK(!rs || it.shape() == sshape,
+                          "scatter_add: double backward needs index and src of one shape (index ",
+                          shape_str(it.shape()), ", src ", shape_str(sshape), ")");
+            return std::vector<Tensor>{rx ? g[0] : Tensor(),
+                                       rs ? gather(g[0], d, it).to(sopt.dtype) : Tensor()};
+          }
+
           Tensor gx, gs;
           if (rx) gx = g[0];
           if (rs) {
@@ -330,7 +381,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
             }
           }
           return std::vector<Tensor>{gx, gs};
-        });
+        },
+        autograd::HigherOrder::Supported);
     return out;
   }
   const std::vector<int64_t> idx = read_index(op, index, "index");
@@ -343,8 +395,17 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   scatter_into(out, d, idx, index.shape(), src.detach(), op);
   autograd::record(
       op, {x, src}, {out},
-      [idx, d, ishape = index.shape(), sshape = src.shape(), sopt = src.options(),
-       rx = x.requires_grad(), rs = src.requires_grad()](const std::vector<Tensor>& g) {
+      [it = index.detach(), idx, d, ishape = index.shape(), sshape = src.shape(),
+       sopt = src.options(), rx = x.requires_grad(),
+       rs = src.requires_grad()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled()) {  // create_graph: gather, differentiable in g
+          DLTRAIN_CHECK(!rs || it.shape() == sshape,
+                        "scatter_add: double backward needs index and src of one shape (index ",
+                        shape_str(it.shape()), ", src ", shape_str(sshape), ")");
+          return std::vector<Tensor>{rx ? g[0] : Tensor(),
+                                     rs ? gather(g[0], d, it).to(sopt.dtype) : Tensor()};
+        }
+
         Tensor gx, gs;
         if (rx) gx = g[0];
         if (rs) {
@@ -359,7 +420,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
           }
         }
         return std::vector<Tensor>{gx, gs};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -383,12 +445,17 @@ Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
     backend::cuda::index_add_rows(out, src.detach().contiguous(), ids, s.outer, s.L, s.inner, -1);
     autograd::record(
         op, {src}, {out},
-        [ids, s, shape = src.shape(), opt = src.options()](const std::vector<Tensor>& g) {
+        [it = segment_ids.detach(), ids, s, shape = src.shape(),
+         opt = src.options()](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled())  // create_graph: index_select, differentiable in g
+            return std::vector<Tensor>{index_select(g[0], 0, it).to(opt.dtype)};
+
           Tensor ds = empty(shape, opt);
           backend::cuda::take_rows(ds, grad_as(g[0], opt.dtype).contiguous(), ids, s.outer, s.L,
                                    s.inner);
           return std::vector<Tensor>{ds};
-        });
+        },
+        autograd::HigherOrder::Supported);
     return out;
   }
   const std::vector<int64_t> ids = read_index(op, segment_ids, "segment_ids");
@@ -397,12 +464,17 @@ Tensor segment_sum(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
   index_add_rows(out, s, ids, src.detach().contiguous(), -1, op);
   autograd::record(
       op, {src}, {out},
-      [ids, s, shape = src.shape(), opt = src.options()](const std::vector<Tensor>& g) {
+      [it = segment_ids.detach(), ids, s, shape = src.shape(),
+       opt = src.options()](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())  // create_graph: index_select, differentiable in g
+          return std::vector<Tensor>{index_select(g[0], 0, it).to(opt.dtype)};
+
         Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
         Tensor ds = empty(shape, opt);
         take_rows(gc, s, ids, ds);
         return std::vector<Tensor>{ds};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -474,17 +546,19 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
     idx = index.detach().to(DType::i64);
   }
   if (acc != dt) out = out.to(dt);
-  autograd::record(op, {x, src}, {out},
-                   [idx, d, alpha, rx = x.requires_grad(),
-                    rs = src.requires_grad()](const std::vector<Tensor>& g) {
-                     Tensor gx, gs;
-                     if (rx) gx = g[0];
-                     if (rs) {
-                       gs = index_select(g[0], d, idx);
-                       if (alpha != 1.0) gs = mul(gs, alpha);
-                     }
-                     return std::vector<Tensor>{gx, gs};
-                   });
+  autograd::record(
+      op, {x, src}, {out},
+      [idx, d, alpha, rx = x.requires_grad(),
+       rs = src.requires_grad()](const std::vector<Tensor>& g) {
+        Tensor gx, gs;
+        if (rx) gx = g[0];
+        if (rs) {
+          gs = index_select(g[0], d, idx);
+          if (alpha != 1.0) gs = mul(gs, alpha);
+        }
+        return std::vector<Tensor>{gx, gs};
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 

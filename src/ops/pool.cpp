@@ -31,6 +31,7 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "dltrain/ops/indexing.hpp"
 #include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/core/trace.hpp"
@@ -551,9 +552,11 @@ bool windows_inside_padding(const PoolShape& s) {
 
 }  // namespace
 
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
-                                                  std::optional<Int2> stride, Int2 padding,
-                                                  Int2 dilation, bool ceil_mode) {
+namespace {
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices_impl(const Tensor& x, Int2 kernel,
+                                                       std::optional<Int2> stride, Int2 padding,
+                                                       Int2 dilation, bool ceil_mode) {
   DLTRAIN_OP_SCOPE("max_pool2d_with_indices", x);
   if (x.defined() && x.dim() == 3) {
     auto [y, i] =
@@ -589,8 +592,8 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
   return {y, idx_out};
 }
 
-Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
-                  Int2 dilation, bool ceil_mode) {
+Tensor max_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                       Int2 dilation, bool ceil_mode) {
   DLTRAIN_OP_SCOPE("max_pool2d", x);
   if (!x.defined() || x.dim() != 4)
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
@@ -627,8 +630,8 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
   return y;
 }
 
-Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
-                  bool ceil_mode, bool count_include_pad) {
+Tensor avg_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                       bool ceil_mode, bool count_include_pad) {
   DLTRAIN_OP_SCOPE("avg_pool2d", x);
   if (x.defined() && x.dim() == 3)
     return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad)
@@ -657,7 +660,7 @@ Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2
   return y;
 }
 
-Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+Tensor adaptive_avg_pool2d_impl(const Tensor& x, Int2 output_size) {
   DLTRAIN_OP_SCOPE("adaptive_avg_pool2d", x);
   if (x.defined() && x.dim() == 3)
     return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
@@ -689,6 +692,68 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
   autograd::record("adaptive_avg_pool2d", {x}, {y}, [s, dt, fmt](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{avg_like_backward(Kind::Adaptive, g[0], s, false, dt, fmt)};
   });
+  return y;
+}
+
+}  // namespace
+
+// The public pools: the implementations above, plus the adjoint that makes their (linear)
+// backward differentiable under create_graph: average pooling's is the pool itself; max
+// pooling's gathers at the argmax positions (recomputed from the input when the kernel path
+// kept none). A 3-d input is pooled as a batch of one by a nested call, which sets it.
+namespace {
+Tensor gather_at(const Tensor& gg, const Tensor& idx) {
+  const Tensor i = idx.to(gg.device()).reshape({idx.size(0), idx.size(1), -1});
+  return gather(gg.reshape({gg.size(0), gg.size(1), -1}), 2, i).reshape(idx.shape());
+}
+bool batched(const Tensor& x) { return x.defined() && x.dim() == 4; }
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Int2 kernel,
+                                                  std::optional<Int2> stride, Int2 padding,
+                                                  Int2 dilation, bool ceil_mode) {
+  auto [y, idx] = max_pool2d_with_indices_impl(x, kernel, stride, padding, dilation, ceil_mode);
+  if (batched(x))
+    autograd::set_adjoint(y, [idx = idx.detach()](const std::vector<Tensor>& gg) {
+      return std::vector<Tensor>{gather_at(gg[0], idx), Tensor()};
+    });
+  return {y, idx};
+}
+
+Tensor max_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                  Int2 dilation, bool ceil_mode) {
+  Tensor y = max_pool2d_impl(x, kernel, stride, padding, dilation, ceil_mode);
+  // The with-indices path (a node of two outputs) has its adjoint already.
+  if (!batched(x) || !y.grad_fn() || y.grad_fn()->num_outputs() != 1) return y;
+  autograd::set_adjoint(y, [xd = x.detach(), kernel, stride, padding, dilation,
+                            ceil_mode](const std::vector<Tensor>& gg) {
+    Tensor idx;
+    {
+      NoGradGuard ng;
+      idx = max_pool2d_with_indices_impl(xd, kernel, stride, padding, dilation, ceil_mode).second;
+    }
+    return std::vector<Tensor>{gather_at(gg[0], idx)};
+  });
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
+                  bool ceil_mode, bool count_include_pad) {
+  Tensor y = avg_pool2d_impl(x, kernel, stride, padding, ceil_mode, count_include_pad);
+  if (batched(x))
+    autograd::set_adjoint(y, [=](const std::vector<Tensor>& gg) {
+      return std::vector<Tensor>{
+          avg_pool2d(gg[0], kernel, stride, padding, ceil_mode, count_include_pad)};
+    });
+  return y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size) {
+  Tensor y = adaptive_avg_pool2d_impl(x, output_size);
+  if (batched(x))
+    autograd::set_adjoint(y, [output_size](const std::vector<Tensor>& gg) {
+      return std::vector<Tensor>{adaptive_avg_pool2d(gg[0], output_size)};
+    });
   return y;
 }
 

@@ -315,3 +315,50 @@ TEST_CASE("gradient penalty of a conv critic: f32 (oneDNN where built) agrees wi
     CHECK(allclose(f32[i].to(DType::f64), f64[i], 1e-3, 1e-4));
   }
 }
+
+TEST_CASE("second-order gradchecks: pooling", "[autograd][higher]") {
+  Tensor x = leaf({2, 3, 6, 5}, 71);
+  // Products with x make the second derivative with respect to x non-zero as well.
+  gradgradcheck([](const std::vector<Tensor>& t) { return max_pool2d(mul(t[0], t[0]), 2); }, {x});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return max_pool2d(t[0], Int2(3, 2), Int2(2, 1), Int2(1, 1), Int2(1, 1), true);
+      },
+      {x});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        auto [y, i] = max_pool2d_with_indices(t[0], 3, 2, 1);
+        return mul(y, y);
+      },
+      {x});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) {
+        return mul(avg_pool2d(t[0], 3, 2, 1, true, false), avg_pool2d(t[0], 3, 2, 1, true, true));
+      },
+      {x});
+  gradgradcheck(
+      [](const std::vector<Tensor>& t) { return exp(adaptive_avg_pool2d(t[0], Int2(4, 3))); }, {x});
+  Tensor x3 = leaf({3, 4, 4}, 72);
+  gradgradcheck([](const std::vector<Tensor>& t) { return mul(max_pool2d(t[0], 2), 2.0); }, {x3});
+}
+
+TEST_CASE("second-order gradchecks: indexing and segment ops", "[autograd][higher]") {
+  Tensor x = leaf({5, 4}, 81), src = leaf({3, 4}, 82);
+  const Tensor idx = tensor({4, 0, 4}, DType::i64);
+  gradgradcheck([&](const std::vector<Tensor>& t) { return sin(index_select(t[0], 0, idx)); }, {x});
+  const Tensor gi = tensor({0, 2, 1, 3, 4, 4, 0, 1, 2, 2, 3, 0}, DType::i64).reshape({3, 4});
+  gradgradcheck([&](const std::vector<Tensor>& t) { return exp(gather(t[0], 0, gi)); }, {x});
+  gradgradcheck([&](const std::vector<Tensor>& t) { return tanh(scatter_add(t[0], 0, gi, t[1])); },
+                {x, src});
+  gradgradcheck(
+      [&](const std::vector<Tensor>& t) { return tanh(index_add(t[0], 0, idx, t[1], 0.5)); },
+      {x, src});
+  const Tensor ids = tensor({1, 0, 1}, DType::i64);
+  gradgradcheck(
+      [&](const std::vector<Tensor>& t) {
+        return mul(segment_sum(t[0], ids, 2), sum(t[1], {0}, true).expand({2, 4}));
+      },
+      {src, x});
+  const Tensor tok = tensor({3, 0, 3, 1}, DType::i64).reshape({2, 2});
+  gradgradcheck([&](const std::vector<Tensor>& t) { return tanh(embedding(t[0], tok, 0)); }, {x});
+}

@@ -60,6 +60,8 @@ class Node : public std::enable_shared_from_this<Node> {
   /// Shapes/dtypes of the outputs, so a missing output gradient can be zero-filled.
   std::vector<Shape> output_shapes;
   std::vector<TensorOptions> output_options;
+  /// Outputs recorded undefined (no gradient flows there; the engine does not zero-fill them).
+  std::vector<bool> output_missing;
 
   /// Computes input gradients. Throws if the node was released.
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
@@ -82,10 +84,16 @@ class FunctionNode final : public Node {
                HigherOrder higher = HigherOrder::Unsupported);
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
   void release() override;
-  bool supports_higher_order() const override { return higher_ == HigherOrder::Supported; }
+  bool supports_higher_order() const override {
+    return higher_ == HigherOrder::Supported || adjoint_ != nullptr;
+  }
+  /// See set_adjoint.
+  void set_adjoint(BackwardFn adjoint) { adjoint_ = std::move(adjoint); }
+  const BackwardFn& adjoint() const { return adjoint_; }
 
  private:
   BackwardFn fn_;
+  BackwardFn adjoint_;
   HigherOrder higher_;
   bool released_ = false;
 };
@@ -200,6 +208,14 @@ void queue_callback(std::function<void()> fn);
 std::vector<Tensor> grad_by_recompute(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& reference,
     const std::vector<Tensor>& inputs, const std::vector<Tensor>& grad_outputs);
+
+/// set_adjoint: declares that the backward function of the node that produced `output` is
+/// linear in the output gradients and depends on nothing differentiable (pooling, slicing:
+/// indices and shapes only), and gives its adjoint -- gradients of the input gradients in,
+/// gradients of the output gradients out, usually the forward op itself applied to them. A
+/// create_graph backward then keeps the fast kernel and records the adjoint as its derivative.
+/// Does nothing when `output` has no grad_fn.
+void set_adjoint(const Tensor& output, BackwardFn adjoint);
 
 /// linear_backward: records that `value` (computed by a kernel from `grad` alone) is a
 /// linear function of `grad` whose adjoint is `adjoint` (written with differentiable ops),
