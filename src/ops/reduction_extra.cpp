@@ -143,6 +143,9 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
     autograd::record(op, {x}, {out}, [d](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{run_lines(g[0], d, LineOp::CumSumReverse, g[0].shape())};
     });
+  // The reversed cumsum is linear in g; its adjoint is the cumsum (create_graph).
+  autograd::set_adjoint(
+      out, [d](const std::vector<Tensor>& gg) { return std::vector<Tensor>{cumsum(gg[0], d)}; });
   return out;
 }
 
@@ -217,7 +220,9 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   if (p != 0)
     autograd::record(
         op, {x}, {out},
-        [xd = x.detach(), r = r.to(dt), p, inf, dims, keep](const std::vector<Tensor>& g) {
+        [xd = x, ro = autograd::SavedOutput(out), p, inf, dims,
+         keep](const std::vector<Tensor>& g) {
+          const Tensor r = ro.get().reshape(keep);
           const Tensor gk = g[0].reshape(keep);
           const Tensor zero = zeros({}, gk.options());
           Tensor gx;
@@ -233,7 +238,8 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
             gx = mul(s, scale);
           }
           return std::vector<Tensor>{gx};
-        });
+        },
+        autograd::HigherOrder::Supported);
   return out;
 }
 

@@ -344,6 +344,9 @@ Tensor pad_fused(const Tensor& x, const std::vector<int64_t>& amounts, bool refl
         Tensor gx = at == dt ? acc : acc.to(dt);
         return std::vector<Tensor>{shape.size() == 4 ? gx : gx.view(shape)};
       });
+  autograd::set_adjoint(y, [amounts, reflect](const std::vector<Tensor>& gg) {
+    return std::vector<Tensor>{pad_fused(gg[0], amounts, reflect)};
+  });
   return y;
 }
 
@@ -405,6 +408,9 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   autograd::record("interpolate", {x}, {y}, [p, dt = x.dtype(), fmt](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{upsample_backward(g[0], p, dt, fmt)};
   });
+  // The backward is linear in g; its adjoint is this interpolation (create_graph).
+  autograd::set_adjoint(
+      y, [o](const std::vector<Tensor>& gg) { return std::vector<Tensor>{interpolate(gg[0], o)}; });
   return y;
 }
 

@@ -229,7 +229,9 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
         if (!include_self && rx)
           gx = masked_fill(gx, gt(hit_count(xd.shape(), d, idx, ishape, go), 0.0), 0.0);
         return std::vector<Tensor>{rx ? gx : Tensor(), rs ? pad_to(gs, sd.shape()) : Tensor()};
-      });
+      },
+      // Made of ops, linear in g; the masks and counts are constant almost everywhere.
+      autograd::HigherOrder::Supported);
   return out;
 }
 
@@ -281,7 +283,8 @@ Tensor segment_max(const Tensor& src, const Tensor& segment_ids, int64_t num_seg
         const Tensor n = add(eq(result, 0.0).to(go.dtype), segment_sum(src_is, ids, num_segments));
         const Tensor gd = div(g[0], n);
         return std::vector<Tensor>{mul(src_is, index_select(gd, 0, ids))};
-      });
+      },
+      autograd::HigherOrder::Supported);
   return out;
 }
 

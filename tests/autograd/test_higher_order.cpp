@@ -362,3 +362,43 @@ TEST_CASE("second-order gradchecks: indexing and segment ops", "[autograd][highe
   const Tensor tok = tensor({3, 0, 3, 1}, DType::i64).reshape({2, 2});
   gradgradcheck([&](const std::vector<Tensor>& t) { return tanh(embedding(t[0], tok, 0)); }, {x});
 }
+
+TEST_CASE("second-order gradchecks: cumsum, norm, pad, interpolate, scatter_reduce",
+          "[autograd][higher]") {
+  Tensor x = leaf({2, 3, 4, 5}, 91);
+  gradgradcheck([](const std::vector<Tensor>& t) { return mul(cumsum(t[0], 2), t[0]); }, {x});
+  for (double p : {1.0, 2.0, 3.0})
+    gradgradcheck([p](const std::vector<Tensor>& t) { return norm(t[0], p, {1, 3}, false); }, {x});
+  for (PadMode m : {PadMode::Constant, PadMode::Reflect, PadMode::Replicate})
+    gradgradcheck(
+        [m](const std::vector<Tensor>& t) {
+          Tensor y = pad(t[0], {1, 2, 2, 1}, m, 0.5);
+          return mul(y, y);
+        },
+        {x});
+  InterpolateOptions o;
+  o.size = Int2(7, 3);
+  o.mode = InterpolateMode::Bilinear;
+  gradgradcheck(
+      [&](const std::vector<Tensor>& t) {
+        Tensor y = interpolate(t[0], o);
+        return mul(y, y);
+      },
+      {x});
+  InterpolateOptions n;
+  n.scale_factor = Double2(2.0, 1.5);
+  gradgradcheck([&](const std::vector<Tensor>& t) { return exp(interpolate(t[0], n)); }, {x});
+  Tensor base = leaf({4, 3}, 92), src = leaf({5, 3}, 93);
+  const Tensor idx = tensor({0, 2, 2, 3, 0}, DType::i64).reshape({5, 1}).expand({5, 3});
+  for (ScatterReduce r : {ScatterReduce::Sum, ScatterReduce::Mean, ScatterReduce::Amax})
+    gradgradcheck(
+        [&, r](const std::vector<Tensor>& t) {
+          Tensor y = scatter_reduce(t[0], 0, idx.contiguous(), t[1], r, false);
+          return mul(y, y);
+        },
+        {base, src});
+  const Tensor ids = tensor({1, 0, 1, 1, 0}, DType::i64);
+  gradgradcheck([&](const std::vector<Tensor>& t) { return segment_softmax(t[0], ids, 2); }, {src});
+  gradgradcheck([&](const std::vector<Tensor>& t) { return exp(segment_max(t[0], ids, 2)); },
+                {src});
+}
