@@ -276,7 +276,14 @@ void Module::zero_grad(bool set_to_none) {
     if (set_to_none) {
       p.impl()->grad.reset();
     } else {
-      p.grad().zero_();
+      // A gradient from backward(create_graph=true) carries a graph: cut it first (as
+      // PyTorch's zero_grad does), which also frees the leaf <-> graph cycle.
+      Tensor g = p.grad();
+      if (g.requires_grad()) {
+        g = g.detach();
+        p.set_grad(g);
+      }
+      g.zero_();
     }
   }
 }

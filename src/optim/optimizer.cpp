@@ -148,6 +148,11 @@ void Optimizer::zero_grad(bool set_to_none) {
       if (set_to_none) {
         p.set_grad(Tensor());
       } else if (Tensor gr = p.grad(); gr.defined()) {
+        // Cut a graph-carrying gradient (backward(create_graph=true)) before zeroing it.
+        if (gr.requires_grad()) {
+          gr = gr.detach();
+          p.set_grad(gr);
+        }
         gr.zero_();
       }
     }

@@ -16,6 +16,12 @@ using Catch::Contains;
 
 namespace {
 double at(const Tensor& t, size_t i) { return t.to_vector<double>()[i]; }
+// Zeros shaped like t with a one at flat position i.
+Tensor one_hot_like(const Tensor& t, int64_t i) {
+  std::vector<double> v(static_cast<size_t>(t.numel()), 0.0);
+  v[static_cast<size_t>(i)] = 1.0;
+  return from_vector<double>(v, t.shape());
+}
 }  // namespace
 
 TEST_CASE("grad of grad: third power, exp, sin", "[autograd][higher]") {
@@ -401,4 +407,59 @@ TEST_CASE("second-order gradchecks: cumsum, norm, pad, interpolate, scatter_redu
   gradgradcheck([&](const std::vector<Tensor>& t) { return segment_softmax(t[0], ids, 2); }, {src});
   gradgradcheck([&](const std::vector<Tensor>& t) { return exp(segment_max(t[0], ids, 2)); },
                 {src});
+}
+
+TEST_CASE("second-order gradcheck through scaled dot-product attention", "[autograd][higher]") {
+  Tensor q = leaf({2, 3, 4}, 101, 0.5), k = leaf({2, 5, 4}, 102, 0.5), v = leaf({2, 5, 4}, 103);
+  const Tensor mask =
+      tensor({1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, DType::b8).reshape({3, 5});
+  gradgradcheck(
+      [&](const std::vector<Tensor>& t) {
+        return scaled_dot_product_attention(t[0], t[1], t[2], mask);
+      },
+      {q, k, v});
+}
+
+TEST_CASE("physics-informed residual: u_xx by double backward matches finite differences",
+          "[autograd][higher]") {
+  // u(x) = w2 tanh(w1 x + b1): the second derivative in x, then its gradient in w1 (third order
+  // through linear and tanh), as a PINN loss needs.
+  Tensor w1 = leaf({8, 1}, 111), b1 = leaf({8}, 112), w2 = leaf({1, 8}, 113);
+  auto u = [&](const Tensor& x, const Tensor& a) { return linear(tanh(linear(x, a, b1)), w2); };
+  Tensor x = tensor({-0.7, 0.1, 0.9}, DType::f64).reshape({3, 1}).requires_grad_();
+  Tensor ux = autograd::grad({sum(u(x, w1))}, {x}, {}, std::nullopt, true)[0];
+  Tensor uxx = autograd::grad({sum(ux)}, {x}, {}, std::nullopt, true)[0];
+  const double h = 1e-4;
+  Tensor xd = x.detach();
+  Tensor fd = div(add(sub(u(add(xd, h), w1), mul(u(xd, w1), 2.0)), u(sub(xd, h), w1)), h * h);
+  CHECK(allclose(uxx, fd.detach(), 1e-5, 1e-6));
+  // The residual's gradient with respect to the weights.
+  Tensor loss = mean(mul(uxx, uxx));
+  Tensor gw = autograd::grad({loss}, {w1})[0];
+  const double e = 1e-6;
+  auto loss_at = [&](double s) {
+    Tensor a = add(w1.detach(), mul(one_hot_like(w1, 3), s)).requires_grad_();
+    Tensor xx = x.detach().requires_grad_();
+    Tensor g1 = autograd::grad({sum(u(xx, a))}, {xx}, {}, std::nullopt, true)[0];
+    Tensor g2 = autograd::grad({sum(g1)}, {xx})[0];
+    return mean(mul(g2, g2)).item<double>();
+  };
+  CHECK(at(gw, 3) == Approx((loss_at(e) - loss_at(-e)) / (2 * e)).epsilon(1e-4));
+}
+
+TEST_CASE("zero_grad cuts a graph-carrying gradient instead of failing", "[autograd][higher]") {
+  nn::Linear lin(3, 2);
+  lin.to(DType::f64);
+  Tensor x = rnd({4, 3}, 121);
+  sum(tanh(lin.forward(x))).backward(Tensor(), false, true);
+  REQUIRE(lin.parameters()[0].grad().requires_grad());
+  lin.zero_grad(false);
+  CHECK_FALSE(lin.parameters()[0].grad().requires_grad());
+  CHECK(sum(abs(lin.parameters()[0].grad())).item<double>() == 0.0);
+  sum(tanh(lin.forward(x))).backward(Tensor(), false, true);
+  optim::SGDOptions so;
+  so.lr = 0.1;
+  optim::SGD opt(lin.parameters(), so);
+  opt.zero_grad(false);
+  CHECK_FALSE(lin.parameters()[0].grad().requires_grad());
 }
