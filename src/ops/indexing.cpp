@@ -158,6 +158,34 @@ void scatter_into(const Tensor& dst, int64_t dim, const std::vector<int64_t>& id
   });
 }
 
+// create_graph backward of the index ops: their gradients written with the differentiable
+// counterpart op (index_add <-> index_select, scatter_add <-> gather).
+Tensor embedding_grad_ops(const Tensor& g, const Tensor& indices, const Lines& s, int64_t pad,
+                          const TensorOptions& opt) {
+  const Tensor flat = indices.reshape({-1});
+  Tensor gr = g.to(opt.dtype).reshape({flat.numel(), s.inner});
+  if (pad >= 0) gr = mul(gr, ne(flat, static_cast<double>(pad)).to(opt.dtype).unsqueeze(1));
+  return index_add(zeros({s.L, s.inner}, opt), 0, flat, gr);
+}
+
+std::vector<Tensor> scatter_add_higher(const Tensor& g, const Tensor& index, int64_t d,
+                                       const Shape& sshape, DType sdt, bool rx, bool rs) {
+  DLTRAIN_CHECK(!rs || index.shape() == sshape,
+                "scatter_add: double backward needs index and src of one shape (index ",
+                shape_str(index.shape()), ", src ", shape_str(sshape), ")");
+  return {rx ? g : Tensor(), rs ? gather(g, d, index).to(sdt) : Tensor()};
+}
+
+// A gradient for src's leading index-shaped block, zero-padded to src's shape.
+Tensor grad_to_src_shape(const Tensor& gs, const Shape& sshape) {
+  if (gs.shape() == sshape) return gs;
+  Tensor full_grad = zeros(sshape, gs.options());
+  Tensor view = full_grad;
+  for (int64_t k = 0; k < gs.dim(); ++k) view = view.narrow(k, 0, gs.size(k));
+  view.copy_(gs);
+  return full_grad;
+}
+
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
@@ -187,13 +215,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
     autograd::record(
         op, {weight}, {out},
         [it = indices.detach(), idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
-          if (autograd::grad_mode_enabled()) {  // create_graph: index_add, differentiable in g
-            const Tensor flat = it.reshape({-1});
-            Tensor gr = g[0].to(opt.dtype).reshape({flat.numel(), s.inner});
-            if (pad >= 0)
-              gr = mul(gr, ne(flat, static_cast<double>(pad)).to(opt.dtype).unsqueeze(1));
-            return std::vector<Tensor>{index_add(zeros({s.L, s.inner}, opt), 0, flat, gr)};
-          }
+          if (autograd::grad_mode_enabled())
+            return std::vector<Tensor>{embedding_grad_ops(g[0], it, s, pad, opt)};
 
           Tensor dw = zeros({s.L, s.inner}, opt);
           backend::cuda::index_add_rows(dw, grad_as(g[0], opt.dtype).contiguous(), idx, s.outer,
@@ -209,12 +232,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   autograd::record(
       op, {weight}, {out},
       [it = indices.detach(), idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
-        if (autograd::grad_mode_enabled()) {  // create_graph: index_add, differentiable in g
-          const Tensor flat = it.reshape({-1});
-          Tensor gr = g[0].to(opt.dtype).reshape({flat.numel(), s.inner});
-          if (pad >= 0) gr = mul(gr, ne(flat, static_cast<double>(pad)).to(opt.dtype).unsqueeze(1));
-          return std::vector<Tensor>{index_add(zeros({s.L, s.inner}, opt), 0, flat, gr)};
-        }
+        if (autograd::grad_mode_enabled())
+          return std::vector<Tensor>{embedding_grad_ops(g[0], it, s, pad, opt)};
 
         Tensor dw = zeros({s.L, s.inner}, opt);
         Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
@@ -358,27 +377,15 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
         [it = index.detach(), idx, d, ishape = index.shape(), sshape = src.shape(),
          sopt = src.options(), rx = x.requires_grad(),
          rs = src.requires_grad()](const std::vector<Tensor>& g) {
-          if (autograd::grad_mode_enabled()) {  // create_graph: gather, differentiable in g
-            DLTRAIN_CHECK(!rs || it.shape() == sshape,
-                          "scatter_add: double backward needs index and src of one shape (index ",
-                          shape_str(it.shape()), ", src ", shape_str(sshape), ")");
-            return std::vector<Tensor>{rx ? g[0] : Tensor(),
-                                       rs ? gather(g[0], d, it).to(sopt.dtype) : Tensor()};
-          }
+          if (autograd::grad_mode_enabled())
+            return scatter_add_higher(g[0], it, d, sshape, sopt.dtype, rx, rs);
 
           Tensor gx, gs;
           if (rx) gx = g[0];
           if (rs) {
             gs = empty(ishape, sopt);
             backend::cuda::gather_dim(gs, grad_as(g[0], sopt.dtype), d, idx);
-            if (ishape != sshape) {
-              Tensor full_grad = zeros(sshape, sopt);
-              Tensor view = full_grad;
-              for (int64_t k = 0; k < static_cast<int64_t>(ishape.size()); ++k)
-                view = view.narrow(k, 0, ishape[k]);
-              view.copy_(gs);
-              gs = full_grad;
-            }
+            gs = grad_to_src_shape(gs, sshape);
           }
           return std::vector<Tensor>{gx, gs};
         },
@@ -398,26 +405,14 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
       [it = index.detach(), idx, d, ishape = index.shape(), sshape = src.shape(),
        sopt = src.options(), rx = x.requires_grad(),
        rs = src.requires_grad()](const std::vector<Tensor>& g) {
-        if (autograd::grad_mode_enabled()) {  // create_graph: gather, differentiable in g
-          DLTRAIN_CHECK(!rs || it.shape() == sshape,
-                        "scatter_add: double backward needs index and src of one shape (index ",
-                        shape_str(it.shape()), ", src ", shape_str(sshape), ")");
-          return std::vector<Tensor>{rx ? g[0] : Tensor(),
-                                     rs ? gather(g[0], d, it).to(sopt.dtype) : Tensor()};
-        }
+        if (autograd::grad_mode_enabled())
+          return scatter_add_higher(g[0], it, d, sshape, sopt.dtype, rx, rs);
 
         Tensor gx, gs;
         if (rx) gx = g[0];
         if (rs) {
           gs = gather_raw(g[0].dtype() == sopt.dtype ? g[0] : g[0].to(sopt.dtype), d, idx, ishape);
-          if (ishape != sshape) {
-            Tensor full_grad = zeros(sshape, sopt);
-            Tensor view = full_grad;
-            for (int64_t k = 0; k < static_cast<int64_t>(ishape.size()); ++k)
-              view = view.narrow(k, 0, ishape[k]);
-            view.copy_(gs);
-            gs = full_grad;
-          }
+          gs = grad_to_src_shape(gs, sshape);
         }
         return std::vector<Tensor>{gx, gs};
       },
