@@ -257,11 +257,15 @@ struct DistributedDataParallel::Reducer
   }
 
   // Parameters the graph of `out` does not reach.
-  void find_unused(const Tensor& out) {
+  void find_unused(const std::vector<Tensor>& outs) {
     std::unordered_set<const TensorImpl*> reached;
     std::unordered_set<const autograd::Node*> seen;
     std::vector<std::shared_ptr<autograd::Node>> stack;
-    if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn());
+    for (const Tensor& out : outs) {
+      if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn());
+      // An output that is a parameter itself (a leaf) is reached too.
+      if (out.defined() && out.is_leaf()) reached.insert(out.impl().get());
+    }
     while (!stack.empty()) {
       auto n = stack.back();
       stack.pop_back();
@@ -392,16 +396,26 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
-Tensor DistributedDataParallel::forward(const Tensor& x) {
-  Reducer& r = *reducer_;
+void DistributedDataParallel::before_forward() {
   if (module_->is_training() && options_.broadcast_buffers && group_->size() > 1) {
     NoGradGuard ng;
     broadcast_coalesced(*group_, module_->buffers());
   }
-  if (options_.gradient_as_bucket_view && autograd::grad_mode_enabled()) r.attach_views();
+  if (options_.gradient_as_bucket_view && autograd::grad_mode_enabled()) reducer_->attach_views();
+}
+
+bool DistributedDataParallel::find_unused_wanted() const {
+  return options_.find_unused_parameters && reducer_->sync && autograd::grad_mode_enabled();
+}
+
+void DistributedDataParallel::after_forward(const std::vector<Tensor>& outputs) {
+  reducer_->find_unused(outputs);
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  before_forward();
   Tensor out = module_->forward(x);
-  if (options_.find_unused_parameters && r.sync && autograd::grad_mode_enabled())
-    r.find_unused(out);
+  if (find_unused_wanted()) after_forward({out});
   return out;
 }
 

@@ -262,3 +262,47 @@ TEST_CASE("init() in a single process needs no MPI and gives a world of one",
   barrier();
   CHECK(&init() == &g);
 }
+
+namespace {
+// A model with two inputs and two outputs (the typed-call style of docs/design.md): one
+// head per input; `use_b` leaves head b without a gradient.
+class PairModel : public nn::Module {
+ public:
+  PairModel() : Module("PairModel") {
+    a = register_module("a", std::make_shared<nn::Linear>(4, 2));
+    b = register_module("b", std::make_shared<nn::Linear>(3, 2));
+  }
+  std::pair<Tensor, Tensor> forward(const Tensor& x, const Tensor& z) {
+    Tensor ya = a->forward(x);
+    return {ya, use_b ? b->forward(z) : mul(ya, 2.0)};
+  }
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = true;
+};
+}  // namespace
+
+TEST_CASE("DDP call<M>: a model with several inputs and outputs, find_unused included",
+          "[distributed][ddp]") {
+  auto group = new_local_group(std::chrono::seconds(30));
+  auto ref = std::make_shared<PairModel>();
+  auto model = std::make_shared<PairModel>();
+  copy_weights(*model, *ref);
+  DistributedDataParallel ddp(model, {.group = group.get()});
+  Tensor x = randn({5, 4}), z = randn({5, 3});
+  auto [r1, r2] = ref->forward(x, z);
+  sum(add(r1, mul(r2, r2))).backward();
+  auto [y1, y2] = ddp.call<PairModel>(x, z);
+  sum(add(y1, mul(y2, y2))).backward();
+  for (size_t i = 0; i < ref->parameters().size(); ++i)
+    CHECK(allclose(model->parameters()[i].grad(), ref->parameters()[i].grad(), 1e-6, 1e-7));
+  CHECK_THROWS_WITH(ddp.call<nn::Linear>(x),
+                    Catch::Contains("PairModel") && Catch::Contains("call<M>"));
+
+  auto m2 = std::make_shared<PairModel>();
+  DistributedDataParallel ddp2(m2, {.group = group.get(), .find_unused_parameters = true});
+  m2->use_b = false;
+  auto [u1, u2] = ddp2.call<PairModel>(x, z);
+  sum(add(u1, u2)).backward();  // b got no gradient: reduced as zeros, no error
+  CHECK(sum(abs(m2->b->weight.grad())).item<double>() == 0.0);
+  CHECK(sum(abs(m2->a->weight.grad())).item<double>() > 0.0);
+}

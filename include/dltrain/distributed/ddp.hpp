@@ -23,9 +23,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dltrain/distributed/process_group.hpp"
+#include "dltrain/nn/containers.hpp"
 #include "dltrain/nn/layers.hpp"
 #include "dltrain/nn/module.hpp"
 
@@ -71,6 +74,28 @@ class DistributedDataParallel {
   Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
 
+  /// A typed call of the wrapped module, for models with several inputs or outputs
+  /// (docs/design.md, "Modules and batches with several inputs and outputs"):
+  /// `auto [recon, mu, logvar] = ddp.call<Vae>(x);` `ddp.call<Gnn>(x, edge_index, edge_attr)`.
+  /// Does what forward does around the call (buffers broadcast, bucket views, and with
+  /// find_unused_parameters the graph walk from every tensor of the result: a Tensor, a
+  /// pair, tuple or vector of them). The module is called as M (its dynamic type or a base)
+  /// through operator() when that takes the arguments, else through forward, as nn::Chain.
+  template <class M, class... Args>
+  decltype(auto) call(Args&&... args) {
+    M* m = dynamic_cast<M*>(module_.get());
+    DLTRAIN_CHECK(m != nullptr, "DistributedDataParallel::call<M>: the wrapped module is a ",
+                  module_->type_name(), ", not the class named in call<M>; name its own class");
+    before_forward();
+    decltype(auto) out = nn::detail::call_module(*m, std::forward<Args>(args)...);
+    if (find_unused_wanted()) {
+      std::vector<Tensor> outs;
+      collect_outputs(out, outs);
+      after_forward(outs);
+    }
+    return out;
+  }
+
   /// The wrapped model (its state_dict has the model's own names, without a "module." prefix).
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
@@ -108,6 +133,30 @@ class DistributedDataParallel {
   struct Reducer;
 
  private:
+  void before_forward();
+  bool find_unused_wanted() const;
+  void after_forward(const std::vector<Tensor>& outputs);
+  static void collect_outputs(const Tensor& t, std::vector<Tensor>& out) { out.push_back(t); }
+  static void collect_outputs(const std::vector<Tensor>& ts, std::vector<Tensor>& out) {
+    out.insert(out.end(), ts.begin(), ts.end());
+  }
+  template <class A, class B>
+  static void collect_outputs(const std::pair<A, B>& p, std::vector<Tensor>& out) {
+    collect_outputs(p.first, out);
+    collect_outputs(p.second, out);
+  }
+  template <class... T>
+  static void collect_outputs(const std::tuple<T...>& t, std::vector<Tensor>& out) {
+    std::apply([&](const auto&... e) { (collect_outputs(e, out), ...); }, t);
+  }
+  template <class T>
+  static void collect_outputs(const T&, std::vector<Tensor>&) {
+    DLTRAIN_CHECK(false,
+                  "DistributedDataParallel::call with find_unused_parameters: the module returned "
+                  "a type DDP cannot read; return a Tensor, or a pair, tuple or vector of them, so "
+                  "that DDP can walk the outputs' graph");
+  }
+
   std::shared_ptr<nn::Module> module_;
   DDPOptions options_;
   ProcessGroup* group_;
