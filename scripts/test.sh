@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, configures, builds, runs every
 # test with ctest, then proves `find_package(dltrain)` works from an installed copy.
-# Environment: BUILD_DIR (default build), DLTRAIN_CUDA (AUTO), JOBS (2), SANITIZE (1: then
+# Environment: BUILD_DIR (default build), SHARED_BUILD_DIR (BUILD_DIR-shared: the library as
+# libdltrain.so, for the install check), DLTRAIN_CUDA (AUTO), JOBS (2), SANITIZE (1: then
 # scripts/sanitize.sh runs the sanitizer and fuzzing builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-2}
+# Paths relative to the repository in ccache's keys: the second (shared) tree below hits the
+# first tree's cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 
 bash scripts/setup.sh
 
@@ -38,6 +42,39 @@ c++ -O1 -o "$prefix/consumer/consumer_pc" tests/install/main.cpp \
   $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs dltrain)
 pc_libs=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --libs-only-L dltrain | sed 's/-L//g; s/ \+/:/g')
 LD_LIBRARY_PATH="$pc_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix/consumer/consumer_pc"
+
+# The shared variant (DLTRAIN_SHARED=ON): the library alone in a second tree, whose objects
+# compile exactly as the static library's (ccache makes it a link; CCACHE_BASEDIR above),
+# installed and linked by the same consumer through CMake and pkg-config. libdltrain.so must
+# carry its SONAME and export nothing outside namespace dltrain (cmake/dltrain.map).
+shared=${SHARED_BUILD_DIR:-$build-shared}
+cmake -S . -B "$shared" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA="${DLTRAIN_CUDA:-AUTO}" \
+  -DDLTRAIN_NATIVE=ON -DDLTRAIN_CUDA_ARCHITECTURES="${DLTRAIN_CUDA_ARCHITECTURES:-80;90}" \
+  -DDLTRAIN_SHARED=ON -DDLTRAIN_BUILD_TESTS=OFF -DDLTRAIN_BUILD_EXAMPLES=OFF \
+  -DDLTRAIN_BUILD_BENCHMARKS=OFF -DDLTRAIN_BUILD_TOOLS=OFF > /dev/null
+cmake --build "$shared" -j "$jobs" --target dltrain
+cmake --install "$shared" --prefix "$prefix/shared" > /dev/null
+so=$(find "$prefix/shared" -name 'libdltrain.so.*.*.*' | head -1)
+if [[ -z "$so" ]] || ! readelf -d "$so" | grep -q 'SONAME.*libdltrain\.so\.'; then
+  echo "test.sh: the shared install has no versioned libdltrain.so with a SONAME" >&2
+  exit 1
+fi
+if nm -D --defined-only "$so" | awk '{print $3}' | c++filt | grep -v 'dltrain::' | grep .; then
+  echo "test.sh: libdltrain.so exports the symbols above, outside namespace dltrain" >&2
+  exit 1
+fi
+cmake -S tests/install -B "$prefix/consumer-shared" -DCMAKE_PREFIX_PATH="$prefix/shared" > /dev/null
+cmake --build "$prefix/consumer-shared" -j "$jobs" > /dev/null
+ldd "$prefix/consumer-shared/consumer" | grep -q "libdltrain.so.* => $prefix/shared" || {
+  echo "test.sh: the shared consumer does not load libdltrain.so from the install" >&2
+  exit 1
+}
+"$prefix/consumer-shared/consumer"
+pc_dir=$(dirname "$(find "$prefix/shared" -name dltrain.pc | head -1)")
+# shellcheck disable=SC2046
+c++ -O1 -o "$prefix/consumer-shared/consumer_pc" tests/install/main.cpp \
+  $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs dltrain)
+LD_LIBRARY_PATH="$(dirname "$so")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix/consumer-shared/consumer_pc"
 
 # AddressSanitizer + UndefinedBehaviorSanitizer on the CPU tests, the libFuzzer targets, and
 # ThreadSanitizer on the loader and the thread pool (SANITIZE=0 skips them).

@@ -25,6 +25,7 @@ class Dltrain(CMakePackage, CudaPackage):
     variant("dnnl", default=True, description="oneDNN CPU convolution, batch norm and pooling")
     variant("tensorboard", default=True, description="TensorBoard event files (protobuf, ISA-L)")
     variant("examples", default=True, description="Build and install the bundled examples")
+    variant("shared", default=False, description="Build libdltrain.so instead of libdltrain.a")
 
     depends_on("c", type="build")
     depends_on("cxx", type="build")
@@ -62,6 +63,7 @@ class Dltrain(CMakePackage, CudaPackage):
             self.define_from_variant("DLTRAIN_JPEG", "jpeg"),
             self.define_from_variant("DLTRAIN_PROTOBUF", "tensorboard"),
             self.define_from_variant("DLTRAIN_BUILD_EXAMPLES", "examples"),
+            self.define_from_variant("DLTRAIN_SHARED", "shared"),
             self.define("DLTRAIN_BUILD_TESTS", self.run_tests),
             self.define("DLTRAIN_BUILD_BENCHMARKS", False),
             self.define("DLTRAIN_BUILD_TOOLS", True),
