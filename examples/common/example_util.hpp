@@ -216,13 +216,16 @@ struct PrecisionFlags {
   std::string amp_dtype;  // empty: the device's default
   bool channels_last = false;
 
-  void add_to(cli::Flags& f) {
+  /// Adds --amp and --amp-dtype, and --channels-last unless `with_layout` is false (a model
+  /// without image tensors, where the layout does not apply: say so in the program's help).
+  void add_to(cli::Flags& f, bool with_layout = true) {
     f.group(cli::group::kDevice);
     f.add_switch("--amp", &amp,
                  "mixed precision: autocast (f16 + GradScaler on a GPU, bf16 on the CPU)");
     f.add("--amp-dtype", &amp_dtype, "the autocast dtype [default: the device's]")
         .choices({"f16", "bf16"});
-    f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
+    if (with_layout)
+      f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
   }
   /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
   void check(const cli::Flags& f) const {

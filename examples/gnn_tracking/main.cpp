@@ -7,7 +7,9 @@
 //                [--noise 0.2] [--batch-size 4] [--epochs 8] [--lr 2e-3] [--hidden 64]
 //                [--iterations 4] [--seed 0] [--threads N] [--test] [--json PATH]
 //                [--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl]
-//                [--tensorboard DIR] [--dump-events FILE.safetensors]
+//                [--tensorboard DIR] [--dump-events FILE.safetensors] [--amp [--amp-dtype
+//                f16|bf16]]
+//                [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
 // Model: node encoder MLP (r, phi, z -> H), edge encoder MLP (dr, dphi, dz, z0 -> H), K
 // interaction layers (edge update MLP on [x_src, x_dst, e]; the messages summed into their
@@ -19,6 +21,10 @@
 // test loss, edge efficiency (true edges found / true edges) and purity (true edges found /
 // edges found) at a 0.5 threshold, graphs/s. --dump-events writes the training events as
 // safetensors for benchmarks/peers/pytorch_gnn_tracking.py (the same model in PyTorch).
+// --amp runs forward, loss and evaluation under autocast on the CPU (bf16; --amp-dtype f16 adds
+// a GradScaler): the linear layers in 16 bits, index_add accumulating in f32, the loss in f32.
+// There is no --channels-last: the tensors are node and edge lists, not images. --profile
+// profiles a few training steps and writes the Chrome trace.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -53,6 +59,8 @@ struct Args : CommonFlags {
   int64_t hidden = 64;
   int64_t iterations = 4;
   std::string dump_events;
+  PrecisionFlags prec;
+  ProfileFlags prof;
 };
 
 Args parse(int argc, char** argv) {
@@ -62,7 +70,8 @@ Args parse(int argc, char** argv) {
   a.lr = 2e-3;
   cli::Flags f("gnn_tracking",
                "Particle-track edge classification with an interaction network on synthetic "
-               "detector events (graphs): edge efficiency and purity per epoch.");
+               "detector events (graphs): edge efficiency and purity per epoch. It runs on the "
+               "CPU; --channels-last does not apply (node and edge lists, not images).");
   a.add_training(f);
   f.add("--hidden", &a.hidden, "hidden size of every MLP").positive();
   f.add("--iterations", &a.iterations, "interaction-network iterations").min(0);
@@ -80,10 +89,14 @@ Args parse(int argc, char** argv) {
       .value_name("FILE.safetensors");
   f.group(cli::group::kDevice);
   f.add("--threads", &a.threads, "CPU threads (0: DLTRAIN_NUM_THREADS or all cores)").min(0);
+  a.prec.add_to(f, /*with_layout=*/false);
   a.add_checkpoint(f, /*with_lr_scaling=*/false);
   a.add_report(f);
+  a.prof.add_to(f);
   f.parse(argc, argv);
   a.check(f);
+  a.prec.check(f);
+  a.prof.check(f);
   if (a.test) {  // the ctest smoke run: a few small events, two epochs
     a.train_events = std::min<int64_t>(a.train_events, 48);
     a.test_events = std::min<int64_t>(a.test_events, 8);
@@ -173,7 +186,8 @@ auto make_model(int64_t hidden, int64_t iterations) {
 struct Confusion {
   int64_t tp = 0, fp = 0, fn = 0, tn = 0;
   void add(const Tensor& logits, const Tensor& y) {
-    const Tensor l = logits.contiguous(), t = y.contiguous();
+    // Logits are bf16/f16 under --amp; 16-bit values compare with 0 exactly as in f32.
+    const Tensor l = logits.to(DType::f32).contiguous(), t = y.to(DType::f32).contiguous();
     const float* pl = l.data<float>();
     const float* pt = t.data<float>();
     for (int64_t i = 0; i < l.numel(); ++i) {
@@ -242,7 +256,11 @@ int main(int argc, char** argv) {
     optim::Adam opt(model->parameters(), {.lr = args.lr});
     const int64_t steps_per_epoch = train_loader.size();
     optim::CosineAnnealingLR sched(opt, steps_per_epoch * args.epochs, args.lr * 0.05);
-    amp::GradScaler scaler({.enabled = false});  // f32 throughout (CheckpointFile wants one)
+    const Device cpu = Device::cpu();
+    std::printf("precision %s, loss scaling %s\n", args.prec.precision(cpu).c_str(),
+                args.prec.scaler_options(cpu).enabled ? "on" : "off");
+    amp::GradScaler scaler(args.prec.scaler_options(cpu));  // on for f16 only
+    ScaleLog scale_log;
     CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "gnn_tracking"}},
                         args.batch_size);
     const train::ResumePosition start = ckpt.resume(args.resume);
@@ -252,6 +270,7 @@ int main(int argc, char** argv) {
     train::Chronometer chrono;
     std::vector<EpochReport> reports;
     bool preempted = false;
+    StepProfiler profiler(args.prof, /*main_process=*/true);
 
     for (int64_t epoch = start.epoch; epoch < args.epochs && !preempted; ++epoch) {
       model->train();
@@ -261,20 +280,36 @@ int main(int argc, char** argv) {
       auto t_epoch = Clock::now();
       progress.begin(epoch + 1);
       chrono.begin_step();
+      profiler.begin_step();
       for (const data::Batch& b : train_loader) {
         const data::GraphBatch g = data::GraphBatch::from(b);
         chrono.lap(train::Phase::Data);
-        const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
-        const Tensor loss = binary_cross_entropy_with_logits(logits, g.y);
+        Tensor loss;
+        {
+          const train::ProfileRange range("forward");
+          const amp::autocast ac = args.prec.region(cpu);
+          const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
+          loss = binary_cross_entropy_with_logits(logits, g.y);
+        }
         chrono.lap(train::Phase::Forward);
-        opt.zero_grad();
-        loss.backward();
+        {
+          const train::ProfileRange range("backward");
+          opt.zero_grad();
+          scaler.scale(loss).backward();
+        }
         chrono.lap(train::Phase::Backward);
-        opt.step();
-        sched.step();
-        const double l = loss.item<double>();
+        double l = 0;
+        {
+          const train::ProfileRange range("optimizer");
+          scaler.step(opt);
+          scaler.update();
+          sched.step();
+          scale_log(scaler, step);
+          l = loss.item<double>();
+        }
         chrono.lap(train::Phase::Optimizer);
         chrono.end_step(g.num_graphs);
+        profiler.end_step();
         loss_sum += l;
         graphs += g.num_graphs;
         ++nb;
@@ -287,8 +322,10 @@ int main(int argc, char** argv) {
           break;
         }
         chrono.begin_step();
+        profiler.begin_step();
       }
       progress.end();
+      profiler.finish();  // a window cut short by the end of the epoch or a preemption
       if (preempted) break;
       const double train_time = seconds(t_epoch, Clock::now());
 
@@ -298,6 +335,7 @@ int main(int argc, char** argv) {
       int64_t test_edges = 0;
       {
         NoGradGuard ng;
+        const amp::autocast ac = args.prec.region(cpu);
         for (const data::Batch& b : test_loader) {
           const data::GraphBatch g = data::GraphBatch::from(b);
           const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
@@ -330,8 +368,10 @@ int main(int argc, char** argv) {
     }
     if (preempted) return train::kExitRequeue;
 
-    std::printf("%s",
-                chrono.table("f32, batch " + std::to_string(args.batch_size) + " graphs").c_str());
+    std::printf("%s", chrono
+                          .table(args.prec.precision(cpu) + ", batch " +
+                                 std::to_string(args.batch_size) + " graphs")
+                          .c_str());
     const train::ChronometerSummary cs = chrono.summary();
     auto median = [&](train::Phase p) { return 1e3 * cs.phases[static_cast<int>(p)].median; };
     if (!reports.empty())
@@ -357,6 +397,8 @@ int main(int argc, char** argv) {
                           {"graphs_per_s", r.graphs_per_s}});
       cli::write_json_report(args.json, {{"framework", "dltrain"},
                                          {"example", "gnn_tracking"},
+                                         {"precision", args.prec.precision(cpu)},
+                                         {"loss_scaling", scaler.is_enabled()},
                                          {"threads", get_num_threads()},
                                          {"batch_size", args.batch_size},
                                          {"hidden", args.hidden},

@@ -7,6 +7,8 @@
 //       [--threads N] [--device cpu|cuda[:N]] [--num-workers N] [--out DIR] [--json PATH]
 //       [--checkpoint PATH [--resume]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //       [--test] [--test-nsteps 30] [--bench] [--bench-steps 50]
+//       [--amp [--amp-dtype f16|bf16]] [--channels-last]
+//       [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
 // The loss is the negative ELBO per image in nats: the reconstruction's binary cross-entropy
 // summed over the 784 pixels plus the closed-form KL divergence of N(mu, exp(logvar)) from
@@ -16,6 +18,11 @@
 // them into a new model and checks that the test loss is the same, bit for bit. It writes a grid
 // of samples (random z decoded) and a grid of test images over their reconstructions as PNG.
 // --bench times training steps on one fixed batch (the peer: benchmarks/peers/pytorch_vae.py).
+// --amp runs forward, loss and evaluation under autocast (bf16 on the CPU; f16 with a GradScaler
+// on a GPU, or with --amp-dtype f16); the loss terms (BCE, exp, sum) stay in f32 by autocast's
+// policy. --channels-last puts the weights and the batches in NHWC; the decoder moves its
+// reshaped features to its weights' layout. --profile profiles a few training steps (or --bench
+// steps) and writes the Chrome trace.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -46,6 +53,8 @@ struct Args : CommonFlags {
   std::string out = "vae_out";
   bool bench = false;
   int64_t bench_steps = 50;
+  PrecisionFlags prec;
+  ProfileFlags prof;
 };
 
 Args parse(int argc, char** argv) {
@@ -64,14 +73,18 @@ Args parse(int argc, char** argv) {
   a.add_data(f, "the Fashion-MNIST IDX files (gzipped or not)");
   a.add_loader(f, /*all=*/false);
   a.add_device(f);
+  a.prec.add_to(f);
   a.add_checkpoint(f, /*with_lr_scaling=*/false);
   a.add_report(f);
   f.add("--out", &a.out, "folder of the PNG grids and the weights").value_name("DIR");
   f.group(cli::group::kBenchmark);
   f.add_switch("--bench", &a.bench, "only time training steps on one fixed batch");
   f.add("--bench-steps", &a.bench_steps, "steps timed by --bench").positive();
+  a.prof.add_to(f);
   f.parse(argc, argv);
   a.check(f);
+  a.prec.check(f);
+  a.prof.check(f);
   return a;
 }
 
@@ -116,7 +129,11 @@ struct Decoder : nn::Module {
     up2 = register_module("up2", std::make_shared<nn::ConvTranspose2d>(32, 1, 4, s2));   // ->28
   }
   Tensor forward(const Tensor& z) override {
-    const Tensor h = relu(fc->forward(z)).view({z.size(0), 64, 7, 7});
+    // The view is NCHW; a transposed convolution's output follows its input's layout, so the
+    // features take the weights' (NHWC after model->to(MemoryFormat::ChannelsLast)).
+    const Tensor h = relu(fc->forward(z))
+                         .view({z.size(0), 64, 7, 7})
+                         .contiguous(up1->weight.suggest_memory_format());
     return sigmoid(up2->forward(relu(up1->forward(h))));
   }
 };
@@ -153,15 +170,18 @@ struct TestResult {
   double loss = 0, recon = 0, kl = 0;  // per image
 };
 
-// The test set's negative ELBO per image, the noise from Generator(seed): deterministic.
-TestResult evaluate(VAE& model, data::DataLoader& loader, Device device, uint64_t seed) {
+// The test set's negative ELBO per image, the noise from Generator(seed): deterministic. Under
+// autocast with --amp, in the run's layout.
+TestResult evaluate(VAE& model, data::DataLoader& loader, Device device, uint64_t seed,
+                    const PrecisionFlags& prec) {
   model.eval();
   NoGradGuard ng;
+  const amp::autocast ac = prec.region(device);
   Generator gen(seed);
   double recon = 0, kl = 0;
   int64_t n = 0;
   for (const data::Batch& hb : loader) {
-    const Tensor x = hb.data.to(device);
+    const Tensor x = hb.data.to(device).contiguous(prec.format());
     auto [r, mu, logvar] = model(x, &gen);
     const LossTerms l = vae_loss(r, x, mu, logvar);
     recon += l.recon.item<double>();
@@ -207,26 +227,48 @@ struct EpochReport {
   TestResult test;
 };
 
+// One training step's forward and loss (under autocast with --amp): the mean negative ELBO.
+Tensor train_loss(VAE& model, const Tensor& x, const PrecisionFlags& prec) {
+  const train::ProfileRange range("forward");
+  const amp::autocast ac = prec.region(x.device());
+  auto [r, mu, logvar] = model(x);
+  const LossTerms l = vae_loss(r, x, mu, logvar);
+  return mul(add(l.recon, l.kl), 1.0 / static_cast<double>(x.size(0)));
+}
+
 // --bench: `steps` training steps on one fixed batch after 5 warm-up steps; returns the
-// chronometer's summary (the peer script times the same loop).
-train::ChronometerSummary bench(VAE& model, optim::Optimizer& opt, const Tensor& x, int64_t steps) {
+// chronometer's summary (the peer script times the same loop). --profile covers its steps too.
+train::ChronometerSummary bench(VAE& model, optim::Optimizer& opt, amp::GradScaler& scaler,
+                                const Tensor& x, int64_t steps, const PrecisionFlags& prec,
+                                StepProfiler& profiler) {
   model.train();
   train::Chronometer chrono({.device = x.device(), .warmup_steps = 5});
   for (int64_t i = 0; i < steps + 5; ++i) {
     chrono.begin_step();
-    auto [r, mu, logvar] = model(x);
-    const LossTerms l = vae_loss(r, x, mu, logvar);
-    const Tensor loss = mul(add(l.recon, l.kl), 1.0 / static_cast<double>(x.size(0)));
+    profiler.begin_step();
+    const Tensor loss = train_loss(model, x, prec);
     chrono.lap(train::Phase::Forward);
-    opt.zero_grad();
-    loss.backward();
+    {
+      const train::ProfileRange range("backward");
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+    }
     chrono.lap(train::Phase::Backward);
-    opt.step();
-    (void)loss.item<double>();
+    {
+      const train::ProfileRange range("optimizer");
+      scaler.step(opt);
+      scaler.update();
+      (void)loss.item<double>();
+    }
     chrono.lap(train::Phase::Optimizer);
     chrono.end_step(x.size(0));
+    profiler.end_step();
   }
-  std::printf("%s", chrono.table("vae --bench, batch " + std::to_string(x.size(0))).c_str());
+  profiler.finish();
+  std::printf("%s", chrono
+                        .table("vae --bench, batch " + std::to_string(x.size(0)) + ", " +
+                               prec.describe(x.device()))
+                        .c_str());
   return chrono.summary();
 }
 
@@ -248,15 +290,22 @@ int main(int argc, char** argv) {
         args.data.c_str(), static_cast<long long>(train_set->size()),
         static_cast<long long>(test_set->size()), seconds(t_load, Clock::now()), get_num_threads());
 
+    const MemoryFormat fmt = args.prec.format();
     auto model = std::make_shared<VAE>(args.latent);
     model->to(device);
+    model->to(fmt);
     std::printf("model: %lld parameters\n%s\n", static_cast<long long>(model->num_parameters()),
                 model->str().c_str());
+    std::printf("%s\n", args.prec.describe(device).c_str());
     optim::Adam opt(model->parameters(), {.lr = args.lr});
+    // f16 (--amp on a GPU, or --amp-dtype f16) scales the loss; bf16 and f32 need no scaling.
+    amp::GradScaler scaler(args.prec.scaler_options(device));
+    StepProfiler profiler(args.prof, /*main_process=*/true);
 
     if (args.bench) {
-      const Tensor x = train_set->data().narrow(0, 0, args.batch_size).to(device);
-      const train::ChronometerSummary s = bench(*model, opt, x, args.bench_steps);
+      const Tensor x = train_set->data().narrow(0, 0, args.batch_size).to(device).contiguous(fmt);
+      const train::ChronometerSummary s =
+          bench(*model, opt, scaler, x, args.bench_steps, args.prec, profiler);
       std::printf("bench: median step %.2f ms, %.0f img/s (batch %lld, %d threads)\n",
                   1e3 * s.step.median, static_cast<double>(args.batch_size) / s.step.median,
                   static_cast<long long>(args.batch_size), get_num_threads());
@@ -265,6 +314,9 @@ int main(int argc, char** argv) {
             args.json, {{"framework", "dltrain"},
                         {"mode", "bench"},
                         {"device", device.str()},
+                        {"precision", args.prec.precision(device)},
+                        {"layout", args.prec.layout()},
+                        {"loss_scaling", scaler.is_enabled()},
                         {"threads", get_num_threads()},
                         {"batch_size", args.batch_size},
                         {"latent", args.latent},
@@ -286,10 +338,10 @@ int main(int argc, char** argv) {
     to.batch_size = 1000;
     data::DataLoader train_loader(train_set, lo), test_loader(test_set, to);
 
-    // A constant learning rate; the scheduler and the (disabled) scaler are what a checkpoint
-    // holds beside the model and Adam's moments.
+    // A constant learning rate; the scheduler and the scaler are what a checkpoint holds beside
+    // the model and Adam's moments.
     optim::LambdaLR sched(opt, [](int64_t) { return 1.0; });
-    amp::GradScaler scaler({.enabled = false});
+    ScaleLog scale_log;
     CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "vae"}},
                         args.batch_size);
     const train::ResumePosition start = ckpt.resume(args.resume);
@@ -313,21 +365,30 @@ int main(int argc, char** argv) {
       auto t_epoch = Clock::now();
       progress.begin(epoch + 1);
       chrono.begin_step();
+      profiler.begin_step();
       for (const data::Batch& hb : train_loader) {
-        const Tensor x = hb.data.to(device);
+        const Tensor x = hb.data.to(device).contiguous(fmt);
         chrono.lap(train::Phase::Data);
-        auto [recon, mu, logvar] = (*model)(x);
-        const LossTerms l = vae_loss(recon, x, mu, logvar);
-        const Tensor loss = mul(add(l.recon, l.kl), 1.0 / static_cast<double>(x.size(0)));
+        const Tensor loss = train_loss(*model, x, args.prec);
         chrono.lap(train::Phase::Forward);
-        opt.zero_grad();
-        loss.backward();
+        {
+          const train::ProfileRange range("backward");
+          opt.zero_grad();
+          scaler.scale(loss).backward();
+        }
         chrono.lap(train::Phase::Backward);
-        opt.step();
-        sched.step();
-        const double lv = loss.item<double>();
+        double lv = 0;
+        {
+          const train::ProfileRange range("optimizer");
+          scaler.step(opt);
+          scaler.update();
+          sched.step();
+          scale_log(scaler, step);
+          lv = loss.item<double>();
+        }
         chrono.lap(train::Phase::Optimizer);
         chrono.end_step(hb.size());
+        profiler.end_step();
         loss_sum += lv;
         seen += hb.size();
         ++nb;
@@ -341,10 +402,12 @@ int main(int argc, char** argv) {
           break;
         }
         chrono.begin_step();
+        profiler.begin_step();
       }
       progress.end();
+      profiler.finish();  // a window cut short by the end of the epoch or the run
       const double time_s = seconds(t_epoch, Clock::now());
-      const TestResult t = evaluate(*model, test_loader, device, eval_seed);
+      const TestResult t = evaluate(*model, test_loader, device, eval_seed, args.prec);
       EpochReport r{epoch + 1, time_s, loss_sum / static_cast<double>(std::max<int64_t>(nb, 1)),
                     static_cast<double>(seen) / time_s, t};
       reports.push_back(r);
@@ -362,7 +425,7 @@ int main(int argc, char** argv) {
           r.train_loss, t.loss, t.recon, t.kl, r.img_per_s);
       std::fflush(stdout);
     }
-    std::printf("%s", chrono.table("vae, f32").c_str());
+    std::printf("%s", chrono.table("vae, " + args.prec.describe(device)).c_str());
 
     // Images: 64 samples from the prior, and 32 test images (odd rows) over their
     // reconstructions from the posterior mean (even rows).
@@ -373,7 +436,7 @@ int main(int argc, char** argv) {
       Generator gen(args.seed + 2);
       const Tensor z = randn({64, args.latent}, {}, &gen).to(device);
       write_png(args.out + "/samples.png", grid(model->decoder->forward(z), 8));
-      const Tensor x = test_set->data().narrow(0, 0, 32).to(device);
+      const Tensor x = test_set->data().narrow(0, 0, 32).to(device).contiguous(fmt);
       auto [mu, logvar] = (*model->encoder)(x);
       (void)logvar;
       const Tensor r = model->decoder->forward(mu);
@@ -385,11 +448,12 @@ int main(int argc, char** argv) {
     const std::string weights = args.out + "/vae.safetensors";
     io::save_safetensors(weights, model->state_dict(),
                          {{"example", "vae"}, {"latent", std::to_string(args.latent)}});
-    const double before = evaluate(*model, test_loader, device, eval_seed).loss;
+    const double before = evaluate(*model, test_loader, device, eval_seed, args.prec).loss;
     auto reloaded = std::make_shared<VAE>(args.latent);
     reloaded->load_state_dict(io::load_safetensors(weights));
     reloaded->to(device);
-    const double after = evaluate(*reloaded, test_loader, device, eval_seed).loss;
+    reloaded->to(fmt);
+    const double after = evaluate(*reloaded, test_loader, device, eval_seed, args.prec).loss;
     std::printf("weights: %s; reloaded into a new model: test loss %.6f, before %.6f (%s)\n",
                 weights.c_str(), after, before, after == before ? "equal" : "DIFFERENT");
     DLTRAIN_CHECK(after == before, "vae: the reloaded weights give test loss ", after,
@@ -412,6 +476,9 @@ int main(int argc, char** argv) {
       cli::write_json_report(args.json, {{"framework", "dltrain"},
                                          {"example", "vae"},
                                          {"device", device.str()},
+                                         {"precision", args.prec.precision(device)},
+                                         {"layout", args.prec.layout()},
+                                         {"loss_scaling", scaler.is_enabled()},
                                          {"threads", get_num_threads()},
                                          {"config",
                                           {{"batch_size", args.batch_size},
