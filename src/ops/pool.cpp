@@ -613,20 +613,21 @@ Tensor max_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride,
   Tensor y = finish(yc, dt, fmt);
   // The backward needs the input and the maxima (both usually alive anyway: the input is the
   // previous activation, the output the next layer's input), not an index tensor.
-  autograd::record(
-      "max_pool2d", {x}, {y},
-      [xc = x.requires_grad() ? xc : Tensor(), yc, s, dt, fmt](const std::vector<Tensor>& g) {
-        const DType ct = compute_type(dt);
-        Tensor gy = prepared(g[0], ct);
-        Tensor gx = empty({s.N, s.C, s.H, s.W}, TensorOptions(ct));
-        dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
-          pool2x2_values_backward<T>(
-              static_cast<const T*>(xc.data_ptr()), static_cast<const T*>(yc.data_ptr()),
-              static_cast<const T*>(gy.data_ptr()), static_cast<T*>(gx.data_ptr()), s.planes(), s.H,
-              s.W, s.Ho, s.Wo);
-        });
-        return std::vector<Tensor>{finish(gx, dt, fmt)};
-      });
+  autograd::record("max_pool2d", {x}, {y},
+                   [xc = x.requires_grad() ? xc : Tensor(), yc = yc.detach(), s, dt,
+                    fmt](const std::vector<Tensor>& g) {
+                     const DType ct = compute_type(dt);
+                     Tensor gy = prepared(g[0], ct);
+                     Tensor gx = empty({s.N, s.C, s.H, s.W}, TensorOptions(ct));
+                     dispatch_compute(ct, "max_pool2d_backward", [&]<class T>() {
+                       pool2x2_values_backward<T>(static_cast<const T*>(xc.data_ptr()),
+                                                  static_cast<const T*>(yc.data_ptr()),
+                                                  static_cast<const T*>(gy.data_ptr()),
+                                                  static_cast<T*>(gx.data_ptr()), s.planes(), s.H,
+                                                  s.W, s.Ho, s.Wo);
+                     });
+                     return std::vector<Tensor>{finish(gx, dt, fmt)};
+                   });
   return y;
 }
 

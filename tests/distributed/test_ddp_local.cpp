@@ -268,6 +268,7 @@ namespace {
 // head per input; `use_b` leaves head b without a gradient.
 class PairModel : public nn::Module {
  public:
+  using nn::Module::forward;  // the one-tensor forward stays visible
   PairModel() : Module("PairModel") {
     a = register_module("a", std::make_shared<nn::Linear>(4, 2));
     b = register_module("b", std::make_shared<nn::Linear>(3, 2));
