@@ -85,6 +85,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--channels-last", action="store_true",
                    help="model and batch in NHWC (PyTorch's faster CPU convolution path)")
+    p.add_argument("--amp", action="store_true",
+                   help="forward under torch.autocast('cpu', bfloat16), the loss in f32 "
+                        "(as examples/vae --amp)")
     p.add_argument("--json")
     p.add_argument("--compare")
     a = p.parse_args()
@@ -103,8 +106,9 @@ def main():
     times = []
     for i in range(a.steps + 5):
         t0 = time.perf_counter()
-        recon, mu, logvar = model(x)
-        loss = vae_loss(recon, x, mu, logvar)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
+            recon, mu, logvar = model(x)
+        loss = vae_loss(recon.float(), x, mu.float(), logvar.float())
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -113,7 +117,7 @@ def main():
             times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     res = {"framework": "pytorch", "torch": torch.__version__, "threads": a.threads,
-           "channels_last": a.channels_last,
+           "channels_last": a.channels_last, "amp": a.amp,
            "batch_size": a.batch_size, "latent": a.latent, "steps": a.steps,
            "step_ms_median": 1e3 * med, "img_per_s": a.batch_size / med}
     print("pytorch %s: median step %.2f ms, %.0f img/s (batch %d, %d threads), loss %.2f"
