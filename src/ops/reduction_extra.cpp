@@ -161,10 +161,24 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
   Tensor out = run_lines(xw, d, LineOp::Prod, keep);
   if (!keepdim) out = out.squeeze(d);
   if (is_floating(x.dtype()))
-    autograd::record(op, {x}, {out}, [xd = x.detach(), d, keep](const std::vector<Tensor>& g) {
-      const Tensor others = run_lines(xd, d, LineOp::ProdOthers, xd.shape());
-      return std::vector<Tensor>{mul(g[0].reshape(keep), others)};
-    });
+    autograd::record(
+        op, {x}, {out},
+        [xd = x.detach(), xs = autograd::SavedInput(x, x), d, keep](const std::vector<Tensor>& g) {
+          if (autograd::grad_mode_enabled()) {
+            // create_graph: the product as a chain of multiplications of slices along d
+            // (exact with zeros, unlike exp(sum(log))), differentiated to any order.
+            return autograd::grad_by_recompute(
+                [d, keep](const std::vector<Tensor>& in) {
+                  Tensor p = in[0].narrow(d, 0, 1);
+                  for (int64_t i = 1; i < in[0].size(d); ++i) p = mul(p, in[0].narrow(d, i, 1));
+                  return std::vector<Tensor>{p};
+                },
+                {xs.get()}, {g[0].reshape(keep)});
+          }
+          const Tensor others = run_lines(xd, d, LineOp::ProdOthers, xd.shape());
+          return std::vector<Tensor>{mul(g[0].reshape(keep), others)};
+        },
+        autograd::HigherOrder::Supported);
   return out;
 }
 

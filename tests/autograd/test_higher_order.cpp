@@ -369,10 +369,14 @@ TEST_CASE("second-order gradchecks: indexing and segment ops", "[autograd][highe
   gradgradcheck([&](const std::vector<Tensor>& t) { return tanh(embedding(t[0], tok, 0)); }, {x});
 }
 
-TEST_CASE("second-order gradchecks: cumsum, norm, pad, interpolate, scatter_reduce",
+TEST_CASE("second-order gradchecks: cumsum, prod, norm, pad, interpolate, scatter_reduce",
           "[autograd][higher]") {
   Tensor x = leaf({2, 3, 4, 5}, 91);
   gradgradcheck([](const std::vector<Tensor>& t) { return mul(cumsum(t[0], 2), t[0]); }, {x});
+  gradgradcheck([](const std::vector<Tensor>& t) { return prod(t[0], 1, false); }, {x});
+  // A zero in a product: the gradient of the others stays exact.
+  Tensor z = tensor({0.5, 0.0, -2.0, 1.5}, DType::f64).reshape({2, 2}).requires_grad_();
+  gradgradcheck([](const std::vector<Tensor>& t) { return prod(t[0], 0, true); }, {z});
   for (double p : {1.0, 2.0, 3.0})
     gradgradcheck([p](const std::vector<Tensor>& t) { return norm(t[0], p, {1, 3}, false); }, {x});
   for (PadMode m : {PadMode::Constant, PadMode::Reflect, PadMode::Replicate})
