@@ -225,8 +225,9 @@ std::vector<Tensor> run_node(Node& n, const std::vector<Tensor>& grad_outputs, b
     explicit Running(Node* n) : prev(t_running) { t_running = n; }
     ~Running() { t_running = prev; }
   } running(&n);
+  if (!create_graph) return n.apply(grad_outputs);  // the ordinary path: nothing else
   auto* fn = dynamic_cast<FunctionNode*>(&n);
-  if (create_graph && fn && fn->adjoint()) {
+  if (fn && fn->adjoint()) {
     // A linear backward: the kernel computes it, its adjoint is its derivative.
     std::vector<Tensor> in_grads;
     {
@@ -240,7 +241,7 @@ std::vector<Tensor> run_node(Node& n, const std::vector<Tensor>& grad_outputs, b
            HigherOrder::Supported);
     return in_grads;
   }
-  if (!create_graph || n.supports_higher_order()) return n.apply(grad_outputs);
+  if (n.supports_higher_order()) return n.apply(grad_outputs);
   std::vector<Tensor> in_grads;
   {
     NoGradGuard no_grad;

@@ -263,10 +263,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     backend::cuda::take_rows(out, x.detach().contiguous(), idx, s.outer, s.L, s.inner);
     autograd::record(
         op, {x}, {out},
-        [it = index.detach(), dd = d, idx, s, shape = x.shape(),
+        [it = index.detach(), d, idx, s, shape = x.shape(),
          opt = x.options()](const std::vector<Tensor>& g) {
           if (autograd::grad_mode_enabled())  // create_graph: index_add, differentiable in g
-            return std::vector<Tensor>{index_add(zeros(shape, opt), dd, it, g[0].to(opt.dtype))};
+            return std::vector<Tensor>{index_add(zeros(shape, opt), d, it, g[0].to(opt.dtype))};
 
           Tensor dx = zeros(shape, opt);
           backend::cuda::index_add_rows(dx, grad_as(g[0], opt.dtype).contiguous(), idx, s.outer,
@@ -285,10 +285,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   take_rows(x.detach().contiguous(), s, idx, out);
   autograd::record(
       op, {x}, {out},
-      [it = index.detach(), dd = d, idx, s, shape = x.shape(),
+      [it = index.detach(), d, idx, s, shape = x.shape(),
        opt = x.options()](const std::vector<Tensor>& g) {
         if (autograd::grad_mode_enabled())  // create_graph: index_add, differentiable in g
-          return std::vector<Tensor>{index_add(zeros(shape, opt), dd, it, g[0].to(opt.dtype))};
+          return std::vector<Tensor>{index_add(zeros(shape, opt), d, it, g[0].to(opt.dtype))};
 
         Tensor dx = zeros(shape, opt);
         Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();

@@ -110,19 +110,20 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              rb = bias.defined() && bias.requires_grad();
   autograd::record(
       "linear", {x, weight, bias}, {y},
-      [xs = rw ? x : Tensor(), ws = rx ? weight : Tensor(), x_shape = x.shape(), rx, rw, rb, rows,
-       in, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
+      [xs = rw ? x2 : Tensor(), ws = rx ? weight : Tensor(),
+       xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(), x_shape = x.shape(), rx, rw,
+       rb, rows, in, out_features, dt = x.dtype()](const std::vector<Tensor>& g) {
         const Tensor gy = g[0].dtype() == dt ? g[0] : g[0].to(dt);
         const Tensor g2 = gy.reshape({rows, out_features});
         Tensor gx, gw, gb;
         if (autograd::grad_mode_enabled()) {  // create_graph: differentiable ops
           if (rx) gx = mm(g2, ws).reshape(x_shape);
-          if (rw) gw = mm(g2.t(), xs.reshape({rows, in}));
+          if (rw) gw = mm(g2.t(), xh.get().reshape({rows, in}));
           if (rb) gb = sum(g2, {0});
           return std::vector<Tensor>{gx, gw, gb};
         }
         if (rx) gx = cuda_mm(g2.detach(), ws.detach()).view(x_shape);
-        if (rw) gw = cuda_mm(g2.t().detach(), xs.detach().reshape({rows, in}));
+        if (rw) gw = cuda_mm(g2.t().detach(), xs);
         if (rb) {
           gb = empty({out_features}, g2.options());
           backend::cuda::channel_sum(gb, g2);

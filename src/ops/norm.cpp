@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
-#include "dltrain/core/parallel.hpp"
 #include "src/backend/cpu/cast.hpp"
 #include "src/backend/cpu/dnnl.hpp"
 #include "src/backend/cuda/dnn.hpp"
