@@ -17,7 +17,6 @@ struct DevicePrefetcher::State {
   struct Staged {
     Batch host, dev;
     std::optional<cuda::Event> ready;
-    std::optional<cuda::Stream> alloc;  // the stream dev was allocated on (and is freed on)
   };
   std::optional<Staged> next;
   Batch current;
@@ -25,18 +24,9 @@ struct DevicePrefetcher::State {
   State() = default;
   State(const State&) = delete;
   State& operator=(const State&) = delete;
-  // A batch still staged (the consumer stopped early, or an error) must not be freed while
-  // its copy may run: its device tensors are freed on their allocation stream and its pinned
-  // host block is recycled after the work enqueued on the current stream, so both streams
-  // wait for the copy first.
-  ~State() {
-    if (!next) return;
-    try {
-      cuda::DeviceGuard dg(device.index);
-      release_next();
-    } catch (...) {  // a destructor does not throw; the CUDA error resurfaces on the next call
-    }
-  }
+  // A batch still staged when the consumer stops early (or on an error) is simply dropped:
+  // its device tensors carry the copy stream (record_stream) and its pinned host block the
+  // copy's stream (copy_ records it), so neither is reused before the copy has run.
 
   static Tensor alloc_like(const Tensor& t, Device d) {
     if (!t.defined()) return t;
@@ -53,7 +43,6 @@ struct DevicePrefetcher::State {
     autograd::NoGradGuard no_grad;
     cuda::DeviceGuard dg(device.index);
     const cuda::Stream compute = cuda::current_stream(device.index);
-    s.alloc = compute;
     s.dev.data = alloc_like(s.host.data, device);  // allocated (and later freed) on compute
     s.dev.target = alloc_like(s.host.target, device);
     s.dev.num_samples = s.host.num_samples;
@@ -63,12 +52,18 @@ struct DevicePrefetcher::State {
     allocated.record(compute);
     allocated.wait(*copy_stream);
     {
+      // Allocated on the consumer's stream, written on the copy stream: record_stream keeps
+      // the memory from being reused before the copy has run, whenever the batch is dropped.
       cuda::StreamGuard sg(*copy_stream);
-      if (s.dev.data.defined()) s.dev.data.copy_(s.host.data, /*non_blocking=*/true);
-      if (s.dev.target.defined()) s.dev.target.copy_(s.host.target, /*non_blocking=*/true);
+      auto copy = [&](Tensor& dst, const Tensor& src) {
+        if (!dst.defined()) return;
+        dst.copy_(src, /*non_blocking=*/true);
+        cuda::record_stream(dst, *copy_stream);
+      };
+      copy(s.dev.data, s.host.data);
+      copy(s.dev.target, s.host.target);
       for (size_t i = 0; i < s.host.fields.size(); ++i)
-        if (s.dev.fields[i].second.defined())
-          s.dev.fields[i].second.copy_(s.host.fields[i].second, /*non_blocking=*/true);
+        copy(s.dev.fields[i].second, s.host.fields[i].second);
     }
     s.ready.emplace();
     s.ready->record(*copy_stream);
@@ -85,24 +80,13 @@ struct DevicePrefetcher::State {
     }
     if (!next) return false;
     {
-      // The pinned host batch is released (next.reset) with this device current, so that
-      // its block's reuse is ordered after the compute stream's wait for the copy.
       cuda::DeviceGuard dg(device.index);
-      current = std::move(next->dev);
-      release_next();
+      next->ready->wait(cuda::current_stream(device.index));  // the consumer reads after the copy
     }
+    current = std::move(next->dev);
+    next.reset();
     stage();
     return true;
-  }
-
-  // Makes the current stream (the consumer's) and the staged batch's allocation stream wait
-  // for its copy, then drops the staged batch (its host side, and its device side unless
-  // moved out). The staged device must be current.
-  void release_next() {
-    const cuda::Stream now = cuda::current_stream(device.index);
-    next->ready->wait(now);
-    if (!(*next->alloc == now)) next->ready->wait(*next->alloc);
-    next.reset();
   }
 };
 

@@ -6,7 +6,10 @@
 // semantics). Memory safety across streams: the tensors a collective touches were allocated
 // on (and will be freed on) the compute stream, which does not know the NCCL stream still
 // reads them; the group therefore keeps every collective's tensors alive until its "done"
-// event has completed, whatever the caller does with its handles (record_stream by hand).
+// event has completed, whatever the caller does with its handles. (cuda::record_stream
+// would be correct too, but with the stream-ordered pool a free then makes the compute
+// stream wait for the NCCL stream up to that point, which can serialise later buckets'
+// communication with the compute that follows; holding the tensors costs nothing on the GPU.)
 // A watchdog thread retires finished collectives, and when one is still pending after the
 // timeout (or NCCL reports an asynchronous error) it prints which one and aborts the
 // communicator and the job.

@@ -75,6 +75,10 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
                      (s.device().is_cpu() ? s.is_pinned() : dst_dense.is_pinned());
   backend::cuda::copy_bytes(dst_dense.data_ptr(), device(), s.data_ptr(), s.device(),
                             static_cast<size_t>(numel()) * element_size(), async);
+  if (async) {  // the pinned block is reused only after this copy's stream has run it
+    const int dev = device().is_cuda() ? device().index : s.device().index;
+    cuda::record_stream(s.device().is_cpu() ? s : dst_dense, cuda::current_stream(dev));
+  }
   if (dst_dense.data_ptr() != data_ptr()) {
     if (device().is_cpu())
       cpu_convert(*this, dst_dense);

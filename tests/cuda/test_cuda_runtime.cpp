@@ -4,6 +4,9 @@
 // skip code (4), so ctest lists them as "Skipped", never as passed.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include "dltrain/dltrain.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
 
@@ -117,4 +120,119 @@ TEST_CASE("streams, stream and device guards, events and memory statistics", "[c
     REQUIRE(d.to_vector<float>() == p.to_vector<float>());
   }
   cuda::empty_cache();
+}
+
+// The allocator's stream rules (record_stream, streams that die before their tensors, pinned
+// fences on the copy's stream). Each test makes a side stream slow with a long chain of
+// kernels, so that without the rule the memory would be handed out (and overwritten) while
+// the side stream still uses it: the values read back then differ.
+namespace {
+constexpr int64_t kBig = int64_t{1} << 22;  // 16 MiB of f32
+
+// Enqueues ~`n` dependent kernels on the current stream (a busy stream for the tests).
+Tensor busy_work(int n) {
+  Tensor b = ones({kBig}, Device::cuda(0));
+  for (int i = 0; i < n; ++i) b = add(b, mul(b, 0.0));
+  return b;
+}
+}  // namespace
+
+TEST_CASE("record_stream: memory used by another stream is not reused before it has run",
+          "[cuda][gpu]") {
+  const Device dev = Device::cuda(0);
+  cuda::Stream side = cuda::Stream::create(0);
+  Tensor x = ones({kBig}, dev);  // allocated (and freed) on the compute stream
+  cuda::Event made;
+  made.record();
+  made.wait(side);
+  Tensor y;
+  {
+    cuda::StreamGuard g(side);
+    busy_work(100);
+    y = x;
+    for (int i = 0; i < 200; ++i) y = add(y, x);  // side reads x 200 times
+  }
+  cuda::record_stream(x, side);
+  cuda::record_stream(x, side);       // recording twice is harmless
+  x = Tensor();                       // freed while side still reads it
+  Tensor z = full({kBig}, 5.0, dev);  // the compute stream's next block of that size
+  cuda::Event done;
+  done.record(side);
+  done.wait(cuda::current_stream(0));
+  CHECK(min(y).item<double>() == 201.0);
+  CHECK(max(y).item<double>() == 201.0);
+  CHECK(min(z).item<double>() == 5.0);
+  // Errors: a pageable host tensor, an undefined tensor.
+  CHECK_THROWS_WITH(cuda::record_stream(ones({4}), side), Catch::Contains("pageable"));
+  CHECK_THROWS_WITH(cuda::record_stream(Tensor(), side), Catch::Contains("undefined"));
+}
+
+TEST_CASE("a tensor may outlive the Stream::create stream it was allocated on", "[cuda][gpu]") {
+  const Device dev = Device::cuda(0);
+  cuda::synchronize();
+  const size_t before = cuda::memory_allocated();
+  Tensor t;
+  cuda::Event made;
+  {
+    cuda::Stream s = cuda::Stream::create(0);
+    cuda::StreamGuard g(s);
+    t = mul(ones({kBig}, dev), 2.0);  // allocated on s, so freed on s
+    made.record(s);
+  }  // the last user handle of s is gone: the blocks allocated on it keep it alive
+  made.wait(cuda::current_stream(0));
+  CHECK(sum(t).item<double>() == 2.0 * kBig);
+  t = Tensor();  // frees on s, which is destroyed only now
+  cuda::synchronize();
+  CHECK(cuda::memory_allocated() == before);
+  // The runtime is still healthy: no stale error surfaces in the next op.
+  CHECK(sum(ones({1000}, dev)).item<double>() == 1000.0);
+}
+
+TEST_CASE("a pinned block is fenced on the stream of its copy, not the thread's current one",
+          "[cuda][gpu]") {
+  const Device dev = Device::cuda(0);
+  cuda::Stream side = cuda::Stream::create(0);
+  Tensor host = full({kBig}, 3.0).pin_memory();
+  Tensor d = empty({kBig}, dev);
+  cuda::Event made;
+  made.record();
+  made.wait(side);
+  {
+    cuda::StreamGuard g(side);
+    busy_work(200);                        // the copy below waits for these kernels
+    d.copy_(host, /*non_blocking=*/true);  // on side; records side on the pinned block
+  }
+  const void* old = host.data_ptr();
+  host = Tensor();  // dropped with the compute stream current (idle)
+  Tensor again = empty({kBig}).pin_memory();
+  if (again.data_ptr() == old) CHECK(side.query());  // reused only once the copy ran
+  std::fill_n(again.data<float>(), kBig, 7.0f);      // would corrupt a copy still pending
+  cuda::Event done;
+  done.record(side);
+  done.wait(cuda::current_stream(0));
+  CHECK(min(d).item<double>() == 3.0);
+  CHECK(max(d).item<double>() == 3.0);
+}
+
+TEST_CASE("pinned pool: statistics, reuse by size class, the cache cap", "[cuda][gpu]") {
+  cuda::empty_cache();
+  CHECK(cuda::pinned_memory_cached() == 0);
+  const size_t base = cuda::pinned_memory_allocated();
+  const void* p = nullptr;
+  {
+    Tensor a = empty({30000}).pin_memory();  // 120,000 bytes: class 122,880
+    p = a.data_ptr();
+    CHECK(cuda::pinned_memory_allocated() == base + 122880);
+  }
+  CHECK(cuda::pinned_memory_allocated() == base);
+  CHECK(cuda::pinned_memory_cached() == 122880);
+  {
+    Tensor b = empty({20000}).pin_memory();  // 80,000 bytes: the cached block serves it
+    CHECK(b.data_ptr() == p);
+  }
+  cuda::set_pinned_cache_limit(0);  // ready blocks go back to the driver
+  CHECK(cuda::pinned_memory_cached() == 0);
+  { Tensor c = empty({1000}).pin_memory(); }
+  CHECK(cuda::pinned_memory_cached() == 0);  // no caching at limit 0
+  cuda::set_pinned_cache_limit(size_t{2} << 30);
 }

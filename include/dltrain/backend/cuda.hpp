@@ -9,8 +9,11 @@
 // current stream is per thread and per device (StreamGuard sets it for a scope),
 // and every op on a CUDA tensor is enqueued on the current stream of the tensor's
 // device. Device memory is stream-ordered (cudaMallocAsync): a block is freed on
-// the stream it was allocated on, so a tensor used on another stream must be
-// ordered with an Event (the dataloader does this for its copy stream).
+// the stream it was allocated on (which it keeps alive, so a tensor may outlive a
+// Stream::create stream). Work on another stream that reads or writes a tensor must
+// be ordered after its producer with an Event, and the tensor marked with
+// record_stream(t, s) so that its memory is not handed out again before s has run
+// (PyTorch's semantics; the dataloader's copy stream and the process groups do it).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,10 @@
 #include <memory>
 
 #include "dltrain/core/device.hpp"
+
+namespace dltrain {
+class Tensor;
+}
 
 namespace dltrain::cuda {
 
@@ -107,6 +114,15 @@ class Event {
   int device_ = 0;
 };
 
+/// Marks `t`'s memory as used by the work enqueued on `s` so far and later: when the last
+/// tensor sharing it goes, the memory is reused only after `s` has passed that point
+/// (PyTorch's Tensor.record_stream). Needed when a stream other than the one the tensor
+/// was allocated on uses it and the tensor may be dropped before that stream has run.
+/// `t` is a CUDA tensor (on s's device) or a pinned host tensor (copy_ records the
+/// streams of its own asynchronous copies); memory wrapped from elsewhere is its owner's
+/// to keep alive.
+void record_stream(const Tensor& t, const Stream& s);
+
 /// Bytes of device memory held by live tensors on `device` (-1: current).
 size_t memory_allocated(int device = -1);
 /// Peak of memory_allocated since start or the last reset_peak_memory_stats.
@@ -116,6 +132,17 @@ void reset_peak_memory_stats(int device = -1);
 size_t memory_reserved(int device = -1);
 /// Returns the pool's unused memory to the driver (after synchronising the device).
 void empty_cache(int device = -1);
+
+/// Bytes of page-locked host memory held by live tensors (Tensor::pin_memory, the
+/// dataloader's pinned batches, staging buffers).
+size_t pinned_memory_allocated();
+/// Bytes of freed pinned blocks kept for reuse (reused only once the copies that used
+/// them have completed).
+size_t pinned_memory_cached();
+/// Caps pinned_memory_cached (default 2 GiB, or DLTRAIN_PINNED_CACHE_MB); past it, freed
+/// blocks whose copies are done go back to the driver, largest first. 0 disables reuse.
+/// empty_cache() releases them all.
+void set_pinned_cache_limit(size_t bytes);
 
 /// TF32 tensor cores for f32 matmul and convolution (on by default, as cuDNN's default).
 void set_allow_tf32(bool allow);

@@ -36,6 +36,8 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool defined() const { return data_ != nullptr || nbytes_ == 0; }
+  /// The shared owner of the buffer (backends attach stream uses to it: cuda::record_stream).
+  const std::shared_ptr<void>& block() const { return data_; }
   /// Number of owners of the buffer (for tests of view sharing).
   long use_count() const { return data_.use_count(); }
 

@@ -6,9 +6,10 @@
 // waits for that allocation by event, copies asynchronously (truly asynchronous when the
 // loader pins its batches: DataLoaderOptions::pin_memory), and records a "ready" event that
 // the compute stream waits on when the batch is delivered: the host never blocks on a copy.
-// The pinned host batch is released only after the compute stream has waited for the copy,
-// so its pinned block cannot be reused while the copy still reads it; a batch still staged
-// when the iteration ends early is released the same way. Layouts and dtypes are
+// Memory crossing streams is marked, not waited for: the device tensors carry the copy
+// stream (cuda::record_stream) and the pinned host block the copy's stream (copy_ records
+// it), so neither is reused before the copy has run, whenever the batch is dropped (a batch
+// still staged when the iteration ends early included). Layouts and dtypes are
 // kept (a u8 NHWC image batch stays u8: normalise it on the device with
 // data::to_float_batch). With a CPU device the loader's batches pass through unchanged.
 // One epoch per iteration, like the DataLoader; errors from the loader propagate.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/device.hpp"
 #include "dltrain/core/dtype.hpp"
 
@@ -28,8 +29,12 @@ int device_count();
 /// stream and freed (by the returned pointer's deleter) on that same stream. Throws
 /// dltrain::Error naming the size and the current/peak usage when memory runs out.
 std::shared_ptr<void> allocate(size_t nbytes, Device device);
-/// Page-locked host memory (pooled by size class); throws without CUDA.
+/// Page-locked host memory (pooled by size class, see host_block_cache.hpp); throws without
+/// CUDA.
 std::shared_ptr<void> allocate_pinned(size_t nbytes);
+/// Adds `s` to the streams that use `block` (a block from allocate or allocate_pinned; no-op
+/// for other memory): its memory is reused only after `s` has passed the free point.
+void record_stream(const std::shared_ptr<void>& block, const dltrain::cuda::Stream& s);
 /// Copies between host and device or device and device. `async` enqueues on the current
 /// stream of the device involved and returns at once (only safe from pinned host memory or
 /// between devices); otherwise the call returns when the copy is done.

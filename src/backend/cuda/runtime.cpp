@@ -4,29 +4,42 @@
 // "insufficient driver" and we report 0 devices, so a CUDA-enabled build runs CPU work
 // anywhere. Device memory comes from each device's default stream-ordered pool
 // (cudaMallocAsync) with its release threshold raised to "keep everything", so steady-state
-// training never returns memory to the driver; a block is freed on the stream it was
-// allocated on. memory_allocated counts the bytes of live blocks (the pool's own
-// statistics count its reservations, not what tensors hold). Pinned host blocks are kept
-// in a size-class cache; a freed block is reused only once the work enqueued on the
-// current stream when it was freed (its async copy) has completed.
+// training never returns memory to the driver. memory_allocated counts the bytes of live
+// blocks (the pool's own statistics count its reservations, not what tensors hold).
+//
+// Streams and memory (PyTorch's record_stream semantics):
+// - A device block is freed on the stream it was allocated on (its "home"), which the block
+//   keeps a share of, so a Stream::create stream outlives the blocks that will be freed on it.
+// - record_stream(block, s) adds s to the block's users; at the free, the home stream waits
+//   (on the GPU) for an event recorded on each user stream, then frees: the memory is handed
+//   out again only after every stream that used it has passed the free point.
+// - Pinned host blocks note the streams of the asynchronous copies that read or write them
+//   (copy_ records them); at the free an event is recorded on each of those streams, and the
+//   block is reused only when all have completed (HostBlockCache: size classes, a cap).
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "dltrain/backend/cuda.hpp"
+#include "dltrain/core/tensor.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/runtime.hpp"
+#include "src/backend/host_block_cache.hpp"
 
 namespace dltrain::backend::cuda {
 
 namespace {
 constexpr int kMaxDevices = 64;
+using dltrain::cuda::Stream;
 
 struct DeviceState {
   std::once_flag init;
   cudaStream_t compute = nullptr;
+  Stream compute_stream;  // a shared (non-owning) handle to `compute`, copied into blocks
   int sms = 0;
   std::atomic<int64_t> allocated{0};
   std::atomic<int64_t> peak{0};
@@ -36,7 +49,11 @@ std::array<DeviceState, kMaxDevices>& devices() {
   return d;
 }
 
-thread_local std::array<cudaStream_t, kMaxDevices> tls_stream{};
+// The thread's current stream per device; an empty handle means the device's compute stream.
+// Holding the Stream (not the raw handle) keeps a Stream::create stream alive while current.
+thread_local std::array<Stream, kMaxDevices> tls_stream{};
+
+cudaStream_t raw(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
 void check_device(int dev) {
   const int n = device_count();
@@ -57,28 +74,176 @@ DeviceState& state(int dev) {
     DLTRAIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     DLTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking));
     DLTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev));
+    s.compute_stream = Stream::external(s.compute, dev);
   });
   return s;
 }
 
 int resolve(int device) { return device < 0 ? dltrain::cuda::current_device() : device; }
 
-// --- pinned host memory ---------------------------------------------------------------
-struct PinnedBlock {
-  void* p;
-  cudaEvent_t freed;  // recorded when the block came back; reuse waits for it
-  int device;         // the device of `freed` (an event records only on its device's streams)
+// The calling thread's current stream on `dev` as a shared handle.
+Stream current(int dev) {
+  DeviceState& s = state(dev);
+  const Stream& t = tls_stream[dev];
+  return t.handle() != nullptr ? t : s.compute_stream;
+}
+
+// Clears the error a failed call in a deleter left behind, so that it does not surface as the
+// error of an unrelated later call (deleters cannot throw).
+void clear_if(cudaError_t e) {
+  if (e != cudaSuccess) (void)cudaGetLastError();
+}
+
+// Makes `dev` current without throwing (deleters); restores the previous device.
+class QuietGuard {
+ public:
+  explicit QuietGuard(int dev) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != dev) clear_if(cudaSetDevice(dev));
+  }
+  ~QuietGuard() {
+    if (previous_ >= 0) clear_if(cudaSetDevice(previous_));
+  }
+  QuietGuard(const QuietGuard&) = delete;
+  QuietGuard& operator=(const QuietGuard&) = delete;
+
+ private:
+  int previous_ = -1;
 };
+
+// Serialises record_stream calls (their lists are read only by the deleter, after the last
+// owner is gone).
+std::mutex& uses_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
+// Adds `s` to `uses` unless it is `home` or already there.
+void add_use(std::vector<Stream>& uses, const Stream* home, const Stream& s) {
+  std::lock_guard<std::mutex> lock(uses_mutex());
+  if (home != nullptr && *home == s) return;
+  for (const Stream& u : uses)
+    if (u == s) return;
+  uses.push_back(s);
+}
+
+// The deleter of a device block: waits (on the GPU) for the streams that used the block, then
+// frees it on its home stream.
+struct DeviceBlock {
+  int dev;
+  size_t nbytes;
+  Stream home;
+  std::vector<Stream> uses;
+
+  void operator()(void* p) noexcept {
+    devices()[dev].allocated.fetch_sub(static_cast<int64_t>(nbytes));
+    if (!uses.empty()) {
+      QuietGuard g(dev);
+      for (const Stream& u : uses) {
+        cudaEvent_t e = nullptr;
+        if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
+            cudaEventRecord(e, raw(u)) == cudaSuccess &&
+            cudaStreamWaitEvent(raw(home), e, 0) == cudaSuccess) {
+          cudaEventDestroy(e);  // the wait keeps what it needs
+          continue;
+        }
+        (void)cudaGetLastError();
+        if (e != nullptr) cudaEventDestroy(e);
+        clear_if(cudaStreamSynchronize(raw(u)));  // no event: order by waiting on the host
+      }
+    }
+    clear_if(cudaFreeAsync(p, raw(home)));
+  }
+};
+
+// --- pinned host memory ---------------------------------------------------------------
+struct PinnedFence {
+  cudaEvent_t event;
+  int device;  // an event records only on its own device's streams
+};
+
+size_t pinned_limit_from_env() {
+  const char* env = std::getenv("DLTRAIN_PINNED_CACHE_MB");
+  if (env == nullptr) return size_t{2} << 30;
+  try {
+    size_t pos = 0;
+    const unsigned long long mb = std::stoull(env, &pos);
+    if (pos == std::string(env).size()) return static_cast<size_t>(mb) << 20;
+  } catch (const std::exception&) {
+  }
+  DLTRAIN_FAIL("DLTRAIN_PINNED_CACHE_MB='", env,
+               "' is not a number of MiB; unset it or set e.g. 2048 (0 disables the cache)");
+}
+
 struct PinnedPool {
   std::mutex mu;
-  std::map<size_t, std::vector<PinnedBlock>> free;
   std::map<int, std::vector<cudaEvent_t>> spare_events;  // per device
+  HostBlockCache<PinnedFence> cache;
+  size_t in_use = 0;  // bytes of pinned blocks held by live tensors
+
+  PinnedPool()
+      : cache({[](const PinnedFence& f) {
+                 const cudaError_t e = cudaEventQuery(f.event);
+                 clear_if(e);  // "not ready" is not an error
+                 return e == cudaSuccess;
+               },
+               [this](PinnedFence& f) { spare_events[f.device].push_back(f.event); },
+               [](void* p) { clear_if(cudaFreeHost(p)); }},
+              pinned_limit_from_env()) {}
+
+  // An event on `dev` for a fence (a spare one when there is one); null when none can be made.
+  cudaEvent_t event_on(int dev) {
+    auto& spare = spare_events[dev];
+    if (!spare.empty()) {
+      cudaEvent_t e = spare.back();
+      spare.pop_back();
+      return e;
+    }
+    QuietGuard g(dev);
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return e;
+  }
 };
 PinnedPool& pinned_pool() {
   static auto* p = new PinnedPool;  // never destroyed: blocks may come back during exit
   return *p;
 }
-size_t pinned_class(size_t n) { return (n + 4095) / 4096 * 4096; }
+
+// The deleter of a pinned block: fences its reuse on every stream that copied from or to it.
+struct PinnedBlock {
+  size_t size;
+  std::vector<Stream> uses;
+
+  void operator()(void* p) noexcept {
+    PinnedPool& pool = pinned_pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.in_use -= size;
+    std::vector<PinnedFence> fences;
+    fences.reserve(uses.size());
+    for (const Stream& u : uses) {
+      cudaEvent_t e = pool.event_on(u.device());
+      if (e != nullptr && cudaEventRecord(e, raw(u)) == cudaSuccess) {
+        fences.push_back({e, u.device()});
+        continue;
+      }
+      (void)cudaGetLastError();
+      if (e != nullptr) pool.spare_events[u.device()].push_back(e);
+      clear_if(cudaStreamSynchronize(raw(u)));  // no fence: wait for the stream instead
+    }
+    try {
+      pool.cache.give(p, size, std::move(fences));
+    } catch (...) {  // bad_alloc of the cache's node: give the block back instead
+      clear_if(cudaFreeHost(p));
+    }
+  }
+};
 
 }  // namespace
 
@@ -98,7 +263,7 @@ int device_count() {
 
 cudaStream_t stream(int device) {
   DeviceState& s = state(device);
-  cudaStream_t t = tls_stream[device];
+  cudaStream_t t = raw(tls_stream[device]);
   return t ? t : s.compute;
 }
 
@@ -119,9 +284,9 @@ int sm_count(int device) { return state(device).sms; }
 std::shared_ptr<void> allocate(size_t nbytes, Device device) {
   DeviceState& st = state(device.index);
   Guard g(device.index);
-  cudaStream_t s = stream(device.index);
+  Stream home = current(device.index);
   void* p = nullptr;
-  const cudaError_t err = cudaMallocAsync(&p, nbytes == 0 ? 1 : nbytes, s);
+  const cudaError_t err = cudaMallocAsync(&p, nbytes == 0 ? 1 : nbytes, raw(home));
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
@@ -139,76 +304,57 @@ std::shared_ptr<void> allocate(size_t nbytes, Device device) {
   int64_t peak = st.peak.load();
   while (now > peak && !st.peak.compare_exchange_weak(peak, now)) {
   }
-  const int dev = device.index;
-  return std::shared_ptr<void>(p, [dev, s, nbytes](void* q) {
-    devices()[dev].allocated.fetch_sub(static_cast<int64_t>(nbytes));
-    cudaFreeAsync(q, s);  // no throw from a deleter; same stream as the allocation
-  });
+  // Should the control block's allocation throw, shared_ptr runs the deleter on p.
+  return std::shared_ptr<void>(p, DeviceBlock{device.index, nbytes, std::move(home), {}});
 }
 
 std::shared_ptr<void> allocate_pinned(size_t nbytes) {
   DLTRAIN_CHECK(device_count() > 0,
                 "pinned host memory needs a CUDA device; none is visible on this machine");
-  const size_t cls = pinned_class(nbytes == 0 ? 1 : nbytes);
+  const size_t cls = host_block_class(nbytes == 0 ? 1 : nbytes);
   PinnedPool& pool = pinned_pool();
-  void* p = nullptr;
+  std::pair<void*, size_t> got{nullptr, 0};
   {
     std::lock_guard<std::mutex> lock(pool.mu);
-    auto it = pool.free.find(cls);
-    if (it != pool.free.end()) {
-      auto& list = it->second;
-      for (size_t i = 0; i < list.size(); ++i) {
-        if (cudaEventQuery(list[i].freed) != cudaSuccess) continue;
-        p = list[i].p;
-        pool.spare_events[list[i].device].push_back(list[i].freed);
-        list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-    }
+    got = pool.cache.take(cls);
+    if (got.first != nullptr) pool.in_use += got.second;
   }
-  (void)cudaGetLastError();  // cudaEventQuery's "not ready" is not an error
-  if (p == nullptr) {
-    const cudaError_t err = cudaHostAlloc(&p, cls, cudaHostAllocDefault);
+  if (got.first == nullptr) {
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, cls, cudaHostAllocDefault);
+    if (err == cudaErrorMemoryAllocation) {  // give the cache back and try once more
+      (void)cudaGetLastError();
+      {
+        std::lock_guard<std::mutex> lock(pool.mu);
+        pool.cache.trim(0);
+      }
+      err = cudaHostAlloc(&p, cls, cudaHostAllocDefault);
+    }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
+      std::lock_guard<std::mutex> lock(pool.mu);
       DLTRAIN_FAIL("cudaHostAlloc of ", cls,
-                   " bytes of pinned memory failed: ", cudaGetErrorString(err),
-                   "; lower num_workers/prefetch_factor or pin less");
+                   " bytes of pinned memory failed: ", cudaGetErrorString(err), " (", pool.in_use,
+                   " bytes pinned by live tensors, ", pool.cache.cached(),
+                   " cached); lower num_workers/prefetch_factor or pin less");
     }
-  }
-  return std::shared_ptr<void>(p, [cls](void* q) {
-    // The event marks the work enqueued on the current stream of the current device so far
-    // (the async copies that read or write this block). Nothing here may throw.
-    PinnedPool& pool = pinned_pool();
+    got = {p, cls};
     std::lock_guard<std::mutex> lock(pool.mu);
-    int dev = 0;
-    cudaStream_t s = nullptr;
-    try {
-      DLTRAIN_CUDA_CHECK(cudaGetDevice(&dev));
-      s = stream(dev);
-    } catch (...) {
-      (void)cudaGetLastError();
-      cudaFreeHost(q);  // no event to order a reuse with: give the block back instead
-      return;
-    }
-    auto& spare = pool.spare_events[dev];
-    cudaEvent_t ev = nullptr;
-    if (!spare.empty()) {
-      ev = spare.back();
-      spare.pop_back();
-    } else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
-      (void)cudaGetLastError();
-      cudaFreeHost(q);
-      return;
-    }
-    if (cudaEventRecord(ev, s) != cudaSuccess) {
-      (void)cudaGetLastError();
-      cudaEventDestroy(ev);
-      cudaFreeHost(q);
-      return;
-    }
-    pool.free[cls].push_back({q, ev, dev});
-  });
+    pool.in_use += cls;
+  }
+  return std::shared_ptr<void>(got.first, PinnedBlock{got.second, {}});
+}
+
+void record_stream(const std::shared_ptr<void>& block, const Stream& s) {
+  if (auto* d = std::get_deleter<DeviceBlock>(block)) {
+    DLTRAIN_CHECK(s.device() == d->dev, "record_stream: the stream is on cuda:", s.device(),
+                  " but the tensor's memory on cuda:", d->dev,
+                  "; record a stream of the tensor's own device");
+    add_use(d->uses, &d->home, s);
+  } else if (auto* h = std::get_deleter<PinnedBlock>(block)) {
+    add_use(h->uses, nullptr, s);
+  }
+  // Other memory (wrapped from elsewhere) is its owner's to keep alive.
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
@@ -281,13 +427,7 @@ Stream Stream::create(int device, bool high_priority) {
   return out;
 }
 
-Stream Stream::compute(int device) {
-  const int d = bk::resolve(device);
-  Stream out;
-  out.handle_ = std::shared_ptr<void>(bk::state(d).compute, [](void*) {});
-  out.device_ = d;
-  return out;
-}
+Stream Stream::compute(int device) { return bk::state(bk::resolve(device)).compute_stream; }
 
 void Stream::synchronize() const {
   DLTRAIN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle())));
@@ -311,15 +451,22 @@ Stream Stream::external(void* cuda_stream, int device) {
   return out;
 }
 
-Stream current_stream(int device) {
-  const int d = bk::resolve(device);
-  return Stream::external(bk::stream(d), d);
-}
+Stream current_stream(int device) { return bk::current(bk::resolve(device)); }
 
 void set_current_stream(const Stream& s) {
   bk::check_device(s.device());
-  cudaStream_t raw = static_cast<cudaStream_t>(s.handle());
-  bk::tls_stream[s.device()] = raw == bk::state(s.device()).compute ? nullptr : raw;
+  const bool compute = s.handle() == bk::state(s.device()).compute;
+  bk::tls_stream[s.device()] = compute ? Stream() : s;
+}
+
+void record_stream(const Tensor& t, const Stream& s) {
+  DLTRAIN_CHECK(t.defined(), "record_stream: the tensor is undefined");
+  DLTRAIN_CHECK(t.device().is_cuda() || t.is_pinned(), "record_stream: the tensor is on ",
+                t.device(),
+                " in pageable memory, which no stream reads asynchronously; record_stream is for "
+                "CUDA tensors (and pinned host tensors)");
+  DLTRAIN_CHECK(s.handle() != nullptr, "record_stream: the stream is empty");
+  bk::record_stream(t.storage().block(), s);
 }
 
 StreamGuard::StreamGuard(const Stream& s)
@@ -400,13 +547,26 @@ void empty_cache(int device) {
   DLTRAIN_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
   bk::PinnedPool& pp = bk::pinned_pool();
   std::lock_guard<std::mutex> lock(pp.mu);
-  for (auto& [cls, list] : pp.free)
-    for (auto& b : list) {
-      cudaEventSynchronize(b.freed);
-      cudaFreeHost(b.p);
-      cudaEventDestroy(b.freed);
-    }
-  pp.free.clear();
+  pp.cache.clear([](const bk::PinnedFence& f) { bk::clear_if(cudaEventSynchronize(f.event)); });
+}
+
+size_t pinned_memory_allocated() {
+  if (bk::device_count() == 0) return 0;
+  bk::PinnedPool& pp = bk::pinned_pool();
+  std::lock_guard<std::mutex> lock(pp.mu);
+  return pp.in_use;
+}
+size_t pinned_memory_cached() {
+  if (bk::device_count() == 0) return 0;
+  bk::PinnedPool& pp = bk::pinned_pool();
+  std::lock_guard<std::mutex> lock(pp.mu);
+  return pp.cache.cached();
+}
+void set_pinned_cache_limit(size_t bytes) {
+  if (bk::device_count() == 0) return;
+  bk::PinnedPool& pp = bk::pinned_pool();
+  std::lock_guard<std::mutex> lock(pp.mu);
+  pp.cache.set_limit(bytes);
 }
 
 }  // namespace dltrain::cuda

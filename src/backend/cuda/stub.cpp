@@ -18,6 +18,9 @@ bool compiled() { return false; }
 int device_count() { return 0; }
 std::shared_ptr<void> allocate(size_t, Device) { unavailable("allocating CUDA memory"); }
 std::shared_ptr<void> allocate_pinned(size_t) { unavailable("allocating pinned host memory"); }
+void record_stream(const std::shared_ptr<void>&, const dltrain::cuda::Stream&) {
+  unavailable("record_stream");
+}
 void copy_bytes(void*, Device, const void*, Device, size_t, bool) {
   unavailable("copying to a CUDA device");
 }
@@ -57,5 +60,9 @@ size_t max_memory_allocated(int) { return 0; }
 void reset_peak_memory_stats(int) {}
 size_t memory_reserved(int) { return 0; }
 void empty_cache(int) {}
+void record_stream(const Tensor&, const Stream&) { unavailable("cuda::record_stream"); }
+size_t pinned_memory_allocated() { return 0; }
+size_t pinned_memory_cached() { return 0; }
+void set_pinned_cache_limit(size_t) {}
 
 }  // namespace dltrain::cuda
