@@ -33,4 +33,13 @@ void check_dim(const char* op, const Tensor& t, int64_t n, const char* name) {
                 " dimensions but got shape ", shape_str(t.shape()));
 }
 
+Tensor zero_pad_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor out = zeros(shape, g.options());
+  Tensor view = out;
+  for (int64_t k = 0; k < g.dim(); ++k) view = view.narrow(k, 0, g.size(k));
+  view.copy_(g);
+  return out;
+}
+
 }  // namespace dltrain::detail

@@ -17,6 +17,10 @@ void require_cpu(const char* op, std::initializer_list<const Tensor*> ts);
 /// Throws unless t has `n` dimensions.
 void check_dim(const char* op, const Tensor& t, int64_t n, const char* name);
 
+/// `g` placed into zeros of `shape` (its leading block): the gradient of a source larger than
+/// the index that used it (scatter_add, scatter_reduce). `g` itself when the shapes agree.
+Tensor zero_pad_to(const Tensor& g, const Shape& shape);
+
 /// A contiguous tensor seen as [outer, L, inner] around dimension `dim`: the sizes before,
 /// at and after it (the reductions, softmaxes, scans and gathers along one dimension).
 struct Lines {

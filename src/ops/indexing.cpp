@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "dltrain/autograd/node.hpp"
@@ -168,22 +170,49 @@ Tensor embedding_grad_ops(const Tensor& g, const Tensor& indices, const Lines& s
   return index_add(zeros({s.L, s.inner}, opt), 0, flat, gr);
 }
 
+// out = the rows `index` of x seen as Lines s (out[o, j, i] = x[o, index[j], i]), on x's
+// device (the index moved to it, or read once to the host and range-checked), with the
+// backward recorded: the gradient's rows added back at their indices, skipping row `pad`
+// (-1: none), or `higher(g)` under create_graph. embedding and index_select.
+Tensor take_rows_recorded(const char* op, const Tensor& x, const Tensor& index,
+                          const char* index_name, const Lines& s, const Shape& out_shape,
+                          int64_t pad, const char* range_what,
+                          std::function<Tensor(const Tensor&)> higher) {
+  Tensor out = empty(out_shape, x.options());
+  Tensor dev_idx;
+  std::vector<int64_t> host_idx;
+  if (x.device().is_cuda()) {
+    dev_idx = device_index(op, index, index_name);
+    backend::cuda::take_rows(out, x.detach().contiguous(), dev_idx, s.outer, s.L, s.inner);
+  } else {
+    host_idx = read_index(op, index, index_name);
+    check_range(op, host_idx, s.L, range_what);
+    take_rows(x.detach().contiguous(), s, host_idx, out);
+  }
+  autograd::record(
+      op, {x}, {out},
+      [dev_idx, host_idx, s, pad, higher = std::move(higher), shape = x.shape(), opt = x.options(),
+       name = std::string(op) + "_backward"](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())  // create_graph: the differentiable formula
+          return std::vector<Tensor>{higher(g[0])};
+        Tensor dx = zeros(shape, opt);
+        const Tensor gc = grad_as(g[0], opt.dtype).contiguous();
+        if (dev_idx.defined())
+          backend::cuda::index_add_rows(dx, gc, dev_idx, s.outer, s.L, s.inner, pad);
+        else
+          index_add_rows(dx, s, host_idx, gc, pad, name.c_str());
+        return std::vector<Tensor>{dx};
+      },
+      autograd::HigherOrder::Supported);
+  return out;
+}
+
 std::vector<Tensor> scatter_add_higher(const Tensor& g, const Tensor& index, int64_t d,
                                        const Shape& sshape, DType sdt, bool rx, bool rs) {
   DLTRAIN_CHECK(!rs || index.shape() == sshape,
                 "scatter_add: double backward needs index and src of one shape (index ",
                 shape_str(index.shape()), ", src ", shape_str(sshape), ")");
   return {rx ? g : Tensor(), rs ? gather(g, d, index).to(sdt) : Tensor()};
-}
-
-// A gradient for src's leading index-shaped block, zero-padded to src's shape.
-Tensor grad_to_src_shape(const Tensor& gs, const Shape& sshape) {
-  if (gs.shape() == sshape) return gs;
-  Tensor full_grad = zeros(sshape, gs.options());
-  Tensor view = full_grad;
-  for (int64_t k = 0; k < gs.dim(); ++k) view = view.narrow(k, 0, gs.size(k));
-  view.copy_(gs);
-  return full_grad;
 }
 
 }  // namespace
@@ -208,40 +237,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   const Lines s{1, num, D};
   Shape out_shape = indices.shape();
   out_shape.push_back(D);
-  Tensor out = empty(out_shape, weight.options());
-  if (weight.device().is_cuda()) {
-    Tensor idx = device_index(op, indices, "indices");
-    backend::cuda::take_rows(out, weight.detach().contiguous(), idx, s.outer, s.L, s.inner);
-    autograd::record(
-        op, {weight}, {out},
-        [it = indices.detach(), idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
-          if (autograd::grad_mode_enabled())
-            return std::vector<Tensor>{embedding_grad_ops(g[0], it, s, pad, opt)};
-
-          Tensor dw = zeros({s.L, s.inner}, opt);
-          backend::cuda::index_add_rows(dw, grad_as(g[0], opt.dtype).contiguous(), idx, s.outer,
-                                        s.L, s.inner, pad);
-          return std::vector<Tensor>{dw};
-        },
-        autograd::HigherOrder::Supported);
-    return out;
-  }
-  const std::vector<int64_t> idx = read_index(op, indices, "indices");
-  check_range(op, idx, num, "weight rows");
-  take_rows(weight.detach().contiguous(), s, idx, out);
-  autograd::record(
-      op, {weight}, {out},
-      [it = indices.detach(), idx, s, pad, opt = weight.options()](const std::vector<Tensor>& g) {
-        if (autograd::grad_mode_enabled())
-          return std::vector<Tensor>{embedding_grad_ops(g[0], it, s, pad, opt)};
-
-        Tensor dw = zeros({s.L, s.inner}, opt);
-        Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
-        index_add_rows(dw, s, idx, gc, pad, "embedding_backward");
-        return std::vector<Tensor>{dw};
-      },
-      autograd::HigherOrder::Supported);
-  return out;
+  return take_rows_recorded(
+      op, weight, indices, "indices", s, out_shape, pad, "weight rows",
+      [it = indices.detach(), s, pad, opt = weight.options()](const Tensor& g) {
+        return embedding_grad_ops(g, it, s, pad, opt);
+      });
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -254,49 +254,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index(op, index, "index");
   DLTRAIN_CHECK(index.dim() <= 1, op, ": index must be 1-d but has shape ",
                 shape_str(index.shape()), "; flatten it with .reshape({-1})");
-  if (x.device().is_cuda()) {
-    const Lines s = lines_of(x.shape(), d);
-    Tensor idx = device_index(op, index, "index");
-    Shape out_shape = x.shape();
-    out_shape[d] = index.numel();
-    Tensor out = empty(out_shape, x.options());
-    backend::cuda::take_rows(out, x.detach().contiguous(), idx, s.outer, s.L, s.inner);
-    autograd::record(
-        op, {x}, {out},
-        [it = index.detach(), d, idx, s, shape = x.shape(),
-         opt = x.options()](const std::vector<Tensor>& g) {
-          if (autograd::grad_mode_enabled())  // create_graph: index_add, differentiable in g
-            return std::vector<Tensor>{index_add(zeros(shape, opt), d, it, g[0].to(opt.dtype))};
-
-          Tensor dx = zeros(shape, opt);
-          backend::cuda::index_add_rows(dx, grad_as(g[0], opt.dtype).contiguous(), idx, s.outer,
-                                        s.L, s.inner, -1);
-          return std::vector<Tensor>{dx};
-        },
-        autograd::HigherOrder::Supported);
-    return out;
-  }
-  const std::vector<int64_t> idx = read_index(op, index, "index");
-  check_range(op, idx, x.size(d), "the selected dimension");
-  const Lines s = lines_of(x.shape(), d);
   Shape out_shape = x.shape();
-  out_shape[d] = static_cast<int64_t>(idx.size());
-  Tensor out = empty(out_shape, x.options());
-  take_rows(x.detach().contiguous(), s, idx, out);
-  autograd::record(
-      op, {x}, {out},
-      [it = index.detach(), d, idx, s, shape = x.shape(),
-       opt = x.options()](const std::vector<Tensor>& g) {
-        if (autograd::grad_mode_enabled())  // create_graph: index_add, differentiable in g
-          return std::vector<Tensor>{index_add(zeros(shape, opt), d, it, g[0].to(opt.dtype))};
-
-        Tensor dx = zeros(shape, opt);
-        Tensor gc = (g[0].dtype() == opt.dtype ? g[0] : g[0].to(opt.dtype)).contiguous();
-        index_add_rows(dx, s, idx, gc, -1, "index_select_backward");
-        return std::vector<Tensor>{dx};
-      },
-      autograd::HigherOrder::Supported);
-  return out;
+  out_shape[d] = index.numel();
+  return take_rows_recorded(
+      op, x, index, "index", lines_of(x.shape(), d), out_shape, -1, "the selected dimension",
+      [it = index.detach(), d, shape = x.shape(), opt = x.options()](const Tensor& g) {
+        return index_add(zeros(shape, opt), d, it, g.to(opt.dtype));
+      });
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -385,7 +349,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
           if (rs) {
             gs = empty(ishape, sopt);
             backend::cuda::gather_dim(gs, grad_as(g[0], sopt.dtype), d, idx);
-            gs = grad_to_src_shape(gs, sshape);
+            gs = detail::zero_pad_to(gs, sshape);
           }
           return std::vector<Tensor>{gx, gs};
         },
@@ -412,7 +376,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
         if (rx) gx = g[0];
         if (rs) {
           gs = gather_raw(g[0].dtype() == sopt.dtype ? g[0] : g[0].to(sopt.dtype), d, idx, ishape);
-          gs = grad_to_src_shape(gs, sshape);
+          gs = detail::zero_pad_to(gs, sshape);
         }
         return std::vector<Tensor>{gx, gs};
       },

@@ -119,16 +119,6 @@ Tensor hit_count(const Shape& shape, int64_t dim, const Tensor& idx, const Shape
   return scatter_add(zeros(shape, opts), dim, idx, ones(ishape, opts));
 }
 
-// gs (index's shape) placed into zeros of src's shape when src is larger.
-Tensor pad_to(const Tensor& gs, const Shape& sshape) {
-  if (gs.shape() == sshape) return gs;
-  Tensor full_grad = zeros(sshape, gs.options());
-  Tensor view = full_grad;
-  for (int64_t k = 0; k < gs.dim(); ++k) view = view.narrow(k, 0, gs.size(k));
-  view.copy_(gs);
-  return full_grad;
-}
-
 }  // namespace
 
 Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
@@ -228,7 +218,8 @@ Tensor scatter_reduce(const Tensor& x, int64_t dim, const Tensor& index, const T
         }
         if (!include_self && rx)
           gx = masked_fill(gx, gt(hit_count(xd.shape(), d, idx, ishape, go), 0.0), 0.0);
-        return std::vector<Tensor>{rx ? gx : Tensor(), rs ? pad_to(gs, sd.shape()) : Tensor()};
+        return std::vector<Tensor>{rx ? gx : Tensor(),
+                                   rs ? detail::zero_pad_to(gs, sd.shape()) : Tensor()};
       },
       // Made of ops, linear in g; the masks and counts are constant almost everywhere.
       autograd::HigherOrder::Supported);
