@@ -116,9 +116,14 @@ bool Tensor::is_contiguous(MemoryFormat fmt) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
-  if (dim() == 4 && is_contiguous(MemoryFormat::ChannelsLast) && !is_contiguous())
-    return MemoryFormat::ChannelsLast;
-  return MemoryFormat::Contiguous;
+  if (dim() != 4 || !is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::Contiguous;
+  if (!is_contiguous()) return MemoryFormat::ChannelsLast;
+  // Dense in both formats (one channel, a 1x1 image): the strides of the size-1 dims say which
+  // one it was made in.
+  const Shape& st = strides();
+  return st == channels_last_strides(shape()) && st != contiguous_strides(shape())
+             ? MemoryFormat::ChannelsLast
+             : MemoryFormat::Contiguous;
 }
 
 Tensor& Tensor::requires_grad_(bool r) {

@@ -206,7 +206,9 @@ void Module::to(MemoryFormat fmt) {
   DLTRAIN_CHECK(fmt != MemoryFormat::Preserve, type_name_,
                 ".to(MemoryFormat::Preserve) does nothing; pass Contiguous or ChannelsLast");
   for_each_tensor([&](Tensor& t, bool) {
-    if (t.dim() == 4 && !t.is_contiguous(fmt)) {
+    // By suggest_memory_format, not is_contiguous: a weight with one input channel is dense in
+    // both formats and is re-labelled (conv2d's output format follows its weight's).
+    if (t.dim() == 4 && t.suggest_memory_format() != fmt) {
       convert_in_place(t, [&](const Tensor& x) { return x.contiguous(fmt); });
     }
   });

@@ -1,10 +1,14 @@
 // conv2d (cross-correlation with stride, padding, dilation, groups) and its gradients.
 //
+// The output's memory format is PyTorch's: channels-last when the input or the weight is
+// (detail::conv_memory_format), so a model moved to channels-last runs channels-last from its
+// first convolution even on 1-channel images (dense in both formats). Gradients come back in
+// their operand's own format.
+//
 // The CPU kernel works on contiguous NCHW data in float or double (f16/bf16
-// are upcast and the result rounded once; channels-last inputs are converted
-// and the output converted back, so the output always has the input's memory
-// format). Per group the forward is a GEMM y_g = W_g * im2col(x_g): large
-// feature maps are cut into output-row chunks whose column buffer fits in L2,
+// are upcast and the result rounded once; channels-last operands are converted
+// and the output converted to the convolution's format). Per group the forward is a GEMM y_g = W_g
+// * im2col(x_g): large feature maps are cut into output-row chunks whose column buffer fits in L2,
 // small ones put several images side by side so the GEMM stays wide, and 1x1
 // stride-1 unpadded convolutions multiply x directly. Work is split over
 // images (each thread owns its buffers) when there are enough images for the
@@ -14,7 +18,7 @@
 // kernels are not themselves recorded (no double backward).
 //
 // CUDA tensors go to cuDNN (backend::cuda::conv2d_*): x, weight and the output are
-// brought to x's memory format (f64 always computes in NCHW, then converts), and the
+// brought to the convolution's memory format (f64 always computes in NCHW, then converts), and the
 // CUDA node calls cuDNN's backward-data and backward-filter directly; the bias gradient is
 // a per-channel sum.
 #include "dltrain/ops/conv.hpp"
@@ -279,21 +283,22 @@ Tensor conv2d_dnnl(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   const backend::cpu::DnnlConvShape d{s.N,     s.Cin,   s.H,     s.W,      s.Cout,     s.kh,
                                       s.kw,    s.Ho,    s.Wo,    s.groups, s.stride.h, s.stride.w,
                                       s.pad.h, s.pad.w, s.dil.h, s.dil.w};
+  const MemoryFormat fmt = detail::conv_memory_format(x, weight);
   Tensor y = backend::cpu::dnnl_conv2d_forward(x.detach(), weight.detach(),
-                                               bias.defined() ? bias.detach() : Tensor(), d);
+                                               bias.defined() ? bias.detach() : Tensor(), d, fmt);
   const bool rx = x.requires_grad(), rw = weight.requires_grad(),
              rb = bias.defined() && bias.requires_grad();
   autograd::record(
       "conv2d", {x, weight, bias}, {y},
       [xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
-       wh = autograd::SavedInput(weight, weight), s, xs = x.detach(), ws = weight.detach(), d, rx,
-       rw, rb](const std::vector<Tensor>& g) {
+       wh = autograd::SavedInput(weight, weight), s, xs = x.detach(), ws = weight.detach(), d, fmt,
+       rx, rw, rb](const std::vector<Tensor>& g) {
         if (autograd::grad_mode_enabled())
           return detail::conv2d_higher(xh.get(), wh.get(), g[0], geometry(s), rx, rw, rb);
 
         Tensor gx, gw, gb;
-        backend::cpu::dnnl_conv2d_backward(xs, ws, g[0], d, rx ? &gx : nullptr, rw ? &gw : nullptr,
-                                           rb ? &gb : nullptr);
+        backend::cpu::dnnl_conv2d_backward(xs, ws, g[0], d, fmt, rx ? &gx : nullptr,
+                                           rw ? &gw : nullptr, rb ? &gb : nullptr);
         return std::vector<Tensor>{gx, gw, gb};
       },
       autograd::HigherOrder::Supported);
@@ -306,18 +311,17 @@ Tensor conv2d_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, co
                 shape_str(weight.shape()),
                 " have no input channels, which cuDNN cannot convolve; run it on the CPU");
   const DType dt = x.dtype();
-  const MemoryFormat x_fmt = x.suggest_memory_format();
-  const MemoryFormat fmt =
-      x_fmt == MemoryFormat::ChannelsLast && dt != DType::f64 ? x_fmt : MemoryFormat::Contiguous;
+  const MemoryFormat out_fmt = detail::conv_memory_format(x, weight);
+  const MemoryFormat fmt = dt != DType::f64 ? out_fmt : MemoryFormat::Contiguous;
   const backend::cuda::ConvParams p{s.stride, s.pad, s.dil, s.groups};
   Tensor y = empty({s.N, s.Cout, s.Ho, s.Wo}, fmt, x.options());
   backend::cuda::conv2d_forward(y, x.detach().contiguous(fmt), weight.detach().contiguous(fmt),
                                 bias.defined() ? bias.detach() : Tensor(), p);
-  if (fmt != x_fmt) y = y.contiguous(x_fmt);
+  if (fmt != out_fmt) y = y.contiguous(out_fmt);
 
   const bool rx = x.requires_grad(), rw = weight.requires_grad(),
              rb = bias.defined() && bias.requires_grad();
-  const ConvMeta meta{dt, x_fmt, weight.suggest_memory_format(), rx, rw, rb};
+  const ConvMeta meta{dt, x.suggest_memory_format(), weight.suggest_memory_format(), rx, rw, rb};
   autograd::record(
       "conv2d", {x, weight, bias}, {y},
       [xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
@@ -376,6 +380,13 @@ backend::cpu::DnnlConvShape dnnl_shape(const ConvShape& s) {
 
 namespace detail {
 
+MemoryFormat conv_memory_format(const Tensor& x, const Tensor& w) {
+  return x.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                 w.suggest_memory_format() == MemoryFormat::ChannelsLast
+             ? MemoryFormat::ChannelsLast
+             : MemoryFormat::Contiguous;
+}
+
 Tensor conv2d_input_grad(const Tensor& gy0, const Tensor& w0, const ConvGeometry& geo,
                          MemoryFormat fmt) {
   const ConvShape s = conv_shape(geo);
@@ -384,9 +395,10 @@ Tensor conv2d_input_grad(const Tensor& gy0, const Tensor& w0, const ConvGeometry
   const TensorOptions opts = TensorOptions(dt).with_device(w.device());
   if (s.N == 0 || s.Cout == 0 || s.Cin == 0) return zeros({s.N, s.Cin, s.H, s.W}, opts);
   if (w.device().is_cuda()) {
-    const MemoryFormat cf = fmt == MemoryFormat::ChannelsLast && dt != DType::f64
-                                ? MemoryFormat::ChannelsLast
-                                : MemoryFormat::Contiguous;
+    const bool cl = fmt == MemoryFormat::ChannelsLast ||
+                    w.suggest_memory_format() == MemoryFormat::ChannelsLast;
+    const MemoryFormat cf =
+        cl && dt != DType::f64 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
     Tensor gx = empty({s.N, s.Cin, s.H, s.W}, cf, opts);
     backend::cuda::conv2d_backward_data(gx, gy.to(dt).contiguous(cf), w.contiguous(cf),
                                         {s.stride, s.pad, s.dil, s.groups});
@@ -396,7 +408,8 @@ Tensor conv2d_input_grad(const Tensor& gy0, const Tensor& w0, const ConvGeometry
     // oneDNN reads only the format and dtype of x for an input gradient.
     const Tensor x_like = empty({s.N, s.Cin, s.H, s.W}, fmt, opts);
     Tensor gx;
-    backend::cpu::dnnl_conv2d_backward(x_like, w, gy, dnnl_shape(s), &gx, nullptr, nullptr);
+    backend::cpu::dnnl_conv2d_backward(x_like, w, gy, dnnl_shape(s), conv_memory_format(x_like, w),
+                                       &gx, nullptr, nullptr);
     return gx;
   }
   const ConvMeta meta{dt, fmt, w.suggest_memory_format(), true, false, false};
@@ -412,10 +425,10 @@ Tensor conv2d_weight_grad(const Tensor& x0, const Tensor& gy0, const ConvGeometr
   const Shape ws{s.Cout, s.cin_g(), s.kh, s.kw};
   if (s.N == 0 || s.Cout == 0 || s.Cin == 0) return zeros(ws, opts);
   if (x.device().is_cuda()) {
+    const bool cl = fmt == MemoryFormat::ChannelsLast ||
+                    x.suggest_memory_format() == MemoryFormat::ChannelsLast;
     const MemoryFormat cf =
-        x.suggest_memory_format() == MemoryFormat::ChannelsLast && dt != DType::f64
-            ? MemoryFormat::ChannelsLast
-            : MemoryFormat::Contiguous;
+        cl && dt != DType::f64 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
     Tensor gw = empty(ws, cf, opts);
     backend::cuda::conv2d_backward_filter(gw, gy.to(dt).contiguous(cf), x.contiguous(cf),
                                           {s.stride, s.pad, s.dil, s.groups});
@@ -425,7 +438,8 @@ Tensor conv2d_weight_grad(const Tensor& x0, const Tensor& gy0, const ConvGeometr
     // oneDNN reads only the shape, format and dtype of w for a weight gradient.
     const Tensor w_like = empty(ws, fmt, opts);
     Tensor gw;
-    backend::cpu::dnnl_conv2d_backward(x, w_like, gy, dnnl_shape(s), nullptr, &gw, nullptr);
+    backend::cpu::dnnl_conv2d_backward(x, w_like, gy, dnnl_shape(s), conv_memory_format(x, w_like),
+                                       nullptr, &gw, nullptr);
     return gw;
   }
   const ConvMeta meta{dt, x.suggest_memory_format(), fmt, false, true, false};
@@ -546,7 +560,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
       conv_forward<T>(ptr<T>(xc), ptr<T>(wc), ptr<T>(bc), mptr<T>(y), s);
   });
   if (ct != dt) y = y.to(dt);
-  if (x.suggest_memory_format() == MemoryFormat::ChannelsLast)
+  if (detail::conv_memory_format(x, weight) == MemoryFormat::ChannelsLast)
     y = y.contiguous(MemoryFormat::ChannelsLast);
 
   const bool rx = x.requires_grad(), rw = weight.requires_grad(),

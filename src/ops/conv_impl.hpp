@@ -20,6 +20,13 @@ struct ConvGeometry {
   Int2 stride, pad, dil;
 };
 
+/// The memory format of conv2d(x, w)'s (and conv_transpose2d(x, w)'s) output and of the
+/// computation: channels-last when the input or the weight is channels-last (PyTorch's rule, its
+/// suggest_memory_format for convolutions), NCHW otherwise. A 1-channel input or a weight with
+/// one input channel per group is dense in both formats and counts as NCHW, so a channels-last
+/// weight still makes the output of a 1-channel image channels-last.
+MemoryFormat conv_memory_format(const Tensor& x, const Tensor& w);
+
 /// The input gradient [N, Cin, H, W] in memory format `fmt` from gy [N, Cout, Ho, Wo] and w
 /// (both of one floating dtype and device; the result has it too).
 Tensor conv2d_input_grad(const Tensor& gy, const Tensor& w, const ConvGeometry& g,

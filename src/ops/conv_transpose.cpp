@@ -7,11 +7,11 @@
 // (detail::conv2d_input_grad: cuDNN backward-data on CUDA, oneDNN backward-data or col2im on the
 // CPU), the input gradient is that conv2d's forward, and the weight gradient is its weight
 // gradient with the roles of input and output gradient swapped. Every backend conv2d has is
-// reused, in the input's own memory format. output_padding only adds rows/columns that no
-// input reaches when it is smaller than the stride; PyTorch also allows it up to the dilation,
-// and then the conv2d that inverts the shape does not exist, so that case computes the
-// unpadded transposed convolution and cuts/extends it (padding ranges are views, the extension
-// is zeros).
+// reused; the output takes conv2d's layout rule (channels-last when the input or the weight
+// is). output_padding only adds rows/columns that no input reaches when it is smaller than the
+// stride; PyTorch also allows it up to the dilation, and then the conv2d that inverts the
+// shape does not exist, so that case computes the unpadded transposed convolution and
+// cuts/extends it (padding ranges are views, the extension is zeros).
 #include <algorithm>
 #include <sstream>
 
@@ -101,7 +101,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                 shape_str(x.shape()), " with weight ", shape_str(weight.shape()), ", stride ",
                 int2_str(stride), " and padding ", int2_str(padding), " gives an empty output (",
                 Ho, " x ", Wo, "); reduce the padding");
-  const MemoryFormat fmt = x.suggest_memory_format();
+  // The output's format by conv2d's rule (channels-last when x or the weight is); gradients
+  // in their operand's own format.
+  const MemoryFormat fmt = detail::conv_memory_format(x, weight), x_fmt = x.suggest_memory_format();
 
   if (output_padding.h >= stride.h || output_padding.w >= stride.w) {
     // No conv2d maps [Ho, Wo] back to [H, W] (see the file comment): cut the unpadded result.
@@ -127,7 +129,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
              rb = bias.defined() && bias.requires_grad();
   autograd::record(
       "conv_transpose2d", {x, weight, bias}, {y},
-      [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), g, fmt,
+      [xs = rw ? x.detach() : Tensor(), ws = rx ? weight.detach() : Tensor(), g, x_fmt,
        w_fmt = weight.suggest_memory_format(), rx, rw, rb,
        xh = rw ? autograd::SavedInput(x, x) : autograd::SavedInput(),
        wh = rx ? autograd::SavedInput(weight, weight)
@@ -145,7 +147,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
         Tensor gx, gw, gb;
         if (rx) {
           gx = conv2d(gy.to(ws.dtype()), ws, Tensor(), g.stride, g.pad, g.dil, g.groups);
-          if (gx.suggest_memory_format() != fmt) gx = gx.contiguous(fmt);
+          if (gx.suggest_memory_format() != x_fmt) gx = gx.contiguous(x_fmt);
         }
         if (rw) gw = detail::conv2d_weight_grad(gy.to(xs.dtype()), xs, g, w_fmt);
         if (rb) gb = sum(gy, {0, 2, 3});

@@ -123,8 +123,21 @@ Tensor Tensor::clone(MemoryFormat fmt) const {
 
 Tensor Tensor::contiguous(MemoryFormat fmt) const {
   DLTRAIN_OP_SCOPE("contiguous", *this);
-  if (is_contiguous(resolve(fmt, *this))) return *this;
-  return clone(resolve(fmt, *this));
+  const MemoryFormat f = resolve(fmt, *this);
+  if (!is_contiguous(f)) return clone(f);
+  if (suggest_memory_format() == f) return *this;
+  // Dense in both formats (one channel, a 1x1 image) but labelled the other one by its
+  // strides: the same elements under fmt's strides (a size-1 dim's stride addresses nothing),
+  // a view.
+  Tensor out = detail::make_view(*this, shape(),
+                                 f == MemoryFormat::ChannelsLast ? channels_last_strides(shape())
+                                                                 : contiguous_strides(shape()),
+                                 storage_offset());
+  autograd::record(
+      "contiguous", {*this}, {out},
+      [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; },
+      autograd::HigherOrder::Supported);
+  return out;
 }
 
 Tensor Tensor::to(MemoryFormat fmt) const { return contiguous(fmt); }

@@ -80,6 +80,34 @@ TEST_CASE("channels-last is a stride order on NCHW", "[core]") {
   REQUIRE_THROWS_AS(zeros({2, 3}).contiguous(MemoryFormat::ChannelsLast), Error);
 }
 
+TEST_CASE("a tensor dense in both layouts is labelled by its strides", "[core]") {
+  // One channel, or a 1x1 image: both layouts address the same elements; as in PyTorch, the
+  // strides of the size-1 dims say which one it is, and contiguous(fmt) re-labels it (a view).
+  for (const Shape& s : {Shape{2, 1, 4, 5}, Shape{3, 6, 1, 1}}) {
+    INFO(shape_str(s));
+    Tensor x = arange(static_cast<double>(s[0] * s[1] * s[2] * s[3])).reshape(s);
+    REQUIRE(x.is_contiguous(MemoryFormat::ChannelsLast));
+    REQUIRE(x.suggest_memory_format() == MemoryFormat::Contiguous);
+    Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);
+    REQUIRE(cl.data_ptr() == x.data_ptr());  // no copy
+    REQUIRE(cl.strides() == channels_last_strides(s));
+    REQUIRE(cl.suggest_memory_format() == MemoryFormat::ChannelsLast);
+    REQUIRE(cl.to_vector<float>() == x.to_vector<float>());
+    REQUIRE(empty_like(cl).suggest_memory_format() == MemoryFormat::ChannelsLast);
+    Tensor back = cl.contiguous();
+    REQUIRE(back.data_ptr() == x.data_ptr());
+    REQUIRE(back.strides() == x.strides());
+    REQUIRE(back.suggest_memory_format() == MemoryFormat::Contiguous);
+    // The re-label is differentiable: the gradient passes through unchanged.
+    Tensor leaf = x.to(DType::f64).detach().requires_grad_();
+    sum(mul(leaf.contiguous(MemoryFormat::ChannelsLast), leaf)).backward();
+    REQUIRE(allclose(leaf.grad(), mul(leaf.detach(), 2.0), 0, 0));
+  }
+  // [N, 1, 1, 1]: the two layouts' strides coincide; NCHW.
+  REQUIRE(zeros({4, 1, 1, 1}).contiguous(MemoryFormat::ChannelsLast).suggest_memory_format() ==
+          MemoryFormat::Contiguous);
+}
+
 TEST_CASE("dtype conversion round-trips and rounds", "[core]") {
   Tensor x = tensor({1.5, -2.25, 3.0, 65504.0, 1e-8}, DType::f64);
   REQUIRE(x.to(DType::f32).to(DType::f64).to_vector<double>()[3] == 65504.0);

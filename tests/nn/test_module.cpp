@@ -128,6 +128,17 @@ TEST_CASE("Module: to(dtype) and to(ChannelsLast) convert in place, keeping hand
   REQUIRE(net.block->conv->weight.is_leaf());
   net.to(MemoryFormat::ChannelsLast);
   REQUIRE(net.block->conv->weight.is_contiguous(MemoryFormat::ChannelsLast));
+  REQUIRE(net.block->conv->weight.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  // A weight with one input channel (a grey-scale model's first layer) is dense in both layouts
+  // and re-labelled, so that its convolution's output is channels-last.
+  nn::Conv2d grey(1, 4, 3);
+  REQUIRE(grey.weight.suggest_memory_format() == MemoryFormat::Contiguous);
+  grey.to(MemoryFormat::ChannelsLast);
+  REQUIRE(grey.weight.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  REQUIRE(grey.forward(testing::rnd({2, 1, 6, 6}, 5, DType::f32)).suggest_memory_format() ==
+          MemoryFormat::ChannelsLast);
+  grey.to(MemoryFormat::Contiguous);
+  REQUIRE(grey.weight.suggest_memory_format() == MemoryFormat::Contiguous);
   net.eval();
   net.train();
   Tensor after = net.forward(x.to(DType::f64).contiguous(MemoryFormat::ChannelsLast));

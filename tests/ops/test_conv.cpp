@@ -1,8 +1,9 @@
 // conv2d: values against a naive loop (stride, padding, dilation, groups,
 // bias, 1x1, batch sizes that take both parallel paths), f16/bf16, channels-
-// last in and out, finite-difference gradients of input, weight and bias in
-// f64 (including non-contiguous and channels-last leaves), conv_output_size,
-// and errors.
+// last in and out (the output channels-last when the input or the weight is,
+// 1-channel inputs included), finite-difference gradients of input, weight and
+// bias in f64 (including non-contiguous and channels-last leaves),
+// conv_output_size, and errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -168,6 +169,57 @@ TEST_CASE("conv2d gradients", "[ops][conv][grad]") {
   SECTION("batch large enough to split images over threads") {
     gradcheck(conv(1, 1, 1, 1), {leaf({4, 2, 3, 3}, 20), leaf({3, 2, 3, 3}, 21), leaf({3}, 22)});
   }
+}
+
+TEST_CASE("conv2d output is channels-last when the input or the weight is (PyTorch's rule)",
+          "[ops][conv][channels_last]") {
+  const MemoryFormat nchw = MemoryFormat::Contiguous, nhwc = MemoryFormat::ChannelsLast;
+  for (DType dt : {DType::f32, DType::f64}) {  // oneDNN (when built in) and im2col + Eigen
+    INFO(dtype_name(dt));
+    const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+    // A 1-channel image and its weight [Cout, 1, k, k] are dense in both layouts: the strides
+    // of the size-1 dim label them (as in PyTorch), and a channels-last weight makes the output
+    // channels-last, as in a model moved to channels-last whose input is grey-scale.
+    Tensor x = rnd({2, 1, 9, 8}, 1, dt), w = rnd({5, 1, 3, 3}, 2, dt), b = rnd({5}, 3, dt);
+    REQUIRE(x.suggest_memory_format() == nchw);
+    const Tensor wcl = w.contiguous(nhwc);
+    REQUIRE(wcl.suggest_memory_format() == nhwc);
+    REQUIRE(wcl.data_ptr() == w.data_ptr());  // re-labelled, not copied
+    const Tensor y = conv2d(x, w, b, 1, 1);
+    REQUIRE(y.suggest_memory_format() == nchw);
+    const Tensor ycl = conv2d(x, wcl, b, 1, 1);
+    CHECK(ycl.suggest_memory_format() == nhwc);
+    CHECK(allclose(ycl, y, tol, tol));
+    // A channels-last 1-channel input with an NCHW weight: channels-last too.
+    CHECK(conv2d(x.contiguous(nhwc), w, b, 1, 1).suggest_memory_format() == nhwc);
+    // Many channels: either operand channels-last makes the output channels-last.
+    Tensor x3 = rnd({2, 3, 7, 6}, 4, dt), w3 = rnd({4, 3, 3, 3}, 5, dt);
+    const Tensor y3 = conv2d(x3, w3, Tensor(), 2, 1);
+    for (auto [xf, wf] : {std::pair{nchw, nhwc}, std::pair{nhwc, nchw}, std::pair{nhwc, nhwc}}) {
+      const Tensor got = conv2d(x3.contiguous(xf), w3.contiguous(wf), Tensor(), 2, 1);
+      CHECK(got.suggest_memory_format() == nhwc);
+      CHECK(allclose(got, y3, tol, tol));
+    }
+    CHECK(y3.suggest_memory_format() == nchw);
+  }
+}
+
+TEST_CASE("conv2d gradients with a 1-channel input and a channels-last weight",
+          "[ops][conv][channels_last][grad]") {
+  auto conv = [](const V& v) { return conv2d(v[0], v[1], v[2], 2, 1); };
+  Tensor x = leaf({2, 1, 7, 6}, 31);  // NCHW
+  Tensor w = rnd({4, 1, 3, 3}, 32).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  REQUIRE(w.suggest_memory_format() == MemoryFormat::ChannelsLast);
+  gradcheck(conv, {x, w, leaf({4}, 33)});
+  // Each gradient in its operand's layout.
+  CHECK(x.grad().suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK(w.grad().suggest_memory_format() == MemoryFormat::ChannelsLast);
+  // A channels-last weight with many input channels and an NCHW input.
+  Tensor x3 = leaf({2, 3, 5, 5}, 34);
+  Tensor w3 = rnd({4, 3, 3, 3}, 35).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  gradcheck(conv, {x3, w3, leaf({4}, 36)});
+  CHECK(x3.grad().suggest_memory_format() == MemoryFormat::Contiguous);
+  CHECK(w3.grad().suggest_memory_format() == MemoryFormat::ChannelsLast);
 }
 
 TEST_CASE("conv_output_size", "[ops][conv]") {

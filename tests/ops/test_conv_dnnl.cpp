@@ -1,9 +1,11 @@
 // The oneDNN convolution path against dltrain's im2col + Eigen path (f64 reference): forward
 // and every gradient, f32 tight and bf16 within bounds set from measurement, NCHW and
-// channels-last, with stride, padding, dilation, groups and bias. Without oneDNN built in the
-// same checks run on the Eigen path (set_dnnl_enabled is then a no-op), which also serves f32
-// and bf16 there.
+// channels-last (also mixed: input in one, weight in the other), with stride, padding,
+// dilation, groups and bias. Without oneDNN built in the same checks run on the Eigen path
+// (set_dnnl_enabled is then a no-op), which also serves f32 and bf16 there.
 #include <catch2/catch.hpp>
+
+#include <optional>
 
 #include "dltrain/backend/cpu.hpp"
 #include "dltrain/dltrain.hpp"
@@ -23,14 +25,16 @@ struct Result {
   Tensor y, gx, gw, gb;
 };
 
-// Forward and backward of sum(conv(x, w, b) * r) in dt and layout fmt; results in f64 NCHW.
-Result run(const Case& c, DType dt, MemoryFormat fmt, bool dnnl) {
+// Forward and backward of sum(conv(x, w, b) * r) in dt, x in layout fmt and w in w_fmt;
+// results in f64 NCHW. y is channels-last when x or w is; each gradient in its operand's layout.
+Result run(const Case& c, DType dt, MemoryFormat fmt, bool dnnl,
+           std::optional<MemoryFormat> w_fmt = std::nullopt) {
   cpu::set_dnnl_enabled(dnnl);
   Generator g(42);
   Tensor x = randn(c.x, DType::f64, &g), w = mul(randn(c.w, DType::f64, &g), 0.3);
   Tensor b = c.bias ? randn({c.w[0]}, DType::f64, &g) : Tensor();
   x = x.to(dt).contiguous(fmt).detach().requires_grad_();
-  w = w.to(dt).contiguous(fmt).detach().requires_grad_();
+  w = w.to(dt).contiguous(w_fmt.value_or(fmt)).detach().requires_grad_();
   if (b.defined()) b = b.to(dt).detach().requires_grad_();
   Tensor y = conv2d(x, w, b, c.stride, c.pad, c.dil, c.groups);
   Tensor r = randn(y.shape(), DType::f64, &g).to(dt);
@@ -38,8 +42,10 @@ Result run(const Case& c, DType dt, MemoryFormat fmt, bool dnnl) {
   Result out{y.to(DType::f64).contiguous(), x.grad().to(DType::f64).contiguous(),
              w.grad().to(DType::f64).contiguous(),
              b.defined() ? b.grad().to(DType::f64) : Tensor()};
-  CHECK(y.is_contiguous(fmt));
+  const bool cl = fmt == MemoryFormat::ChannelsLast || w_fmt == MemoryFormat::ChannelsLast;
+  CHECK(y.suggest_memory_format() == (cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
   CHECK(x.grad().is_contiguous(fmt));
+  CHECK(w.grad().is_contiguous(w_fmt.value_or(fmt)));
   cpu::set_dnnl_enabled(true);
   return out;
 }
@@ -75,6 +81,33 @@ TEST_CASE("conv2d (oneDNN when built in) matches the f64 reference in f32 and bf
         CHECK(rel(got.gx, ref.gx) < tol);
         CHECK(rel(got.gw, ref.gw) < tol);
         if (c.bias) CHECK(rel(got.gb, ref.gb) < tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d with the input and the weight in different layouts (oneDNN when built in)",
+          "[ops][conv][dnnl]") {
+  // PyTorch's rule: channels-last when either is; a 1-channel input (dense in both layouts)
+  // with a channels-last weight, as in the first layer of a model moved to channels-last.
+  const Case cases[] = {
+      {{2, 1, 12, 11}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+      {{2, 1, 28, 28}, {32, 1, 4, 4}, {2, 2}, {1, 1}, {1, 1}, 1, true},  // the VAE's encoder
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},
+      {{2, 8, 7, 7}, {16, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+  };
+  const MemoryFormat nchw = MemoryFormat::Contiguous, nhwc = MemoryFormat::ChannelsLast;
+  for (const Case& c : cases) {
+    const Result ref = run(c, DType::f64, nchw, false);
+    for (auto [xf, wf] : {std::pair{nchw, nhwc}, std::pair{nhwc, nchw}}) {
+      for (bool dnnl : {true, false}) {
+        INFO("x " << shape_str(c.x) << (xf == nhwc ? " nhwc" : " nchw") << " w " << shape_str(c.w)
+                  << (wf == nhwc ? " nhwc" : " nchw") << (dnnl ? " oneDNN" : " Eigen"));
+        const Result got = run(c, DType::f32, xf, dnnl, wf);
+        CHECK(rel(got.y, ref.y) < 2e-6);
+        CHECK(rel(got.gx, ref.gx) < 2e-6);
+        CHECK(rel(got.gw, ref.gw) < 2e-6);
+        if (c.bias) CHECK(rel(got.gb, ref.gb) < 2e-6);
       }
     }
   }

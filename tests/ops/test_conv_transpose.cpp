@@ -181,6 +181,18 @@ TEST_CASE("conv_transpose2d gradients", "[ops][conv_transpose][grad]") {
     gradcheck(ct(2, 0, 0, 1, 1), {x, w, leaf({4}, 11)});
     CHECK(x.grad().suggest_memory_format() == MemoryFormat::ChannelsLast);
   }
+  SECTION("channels-last weight, NCHW input, one output channel (a decoder's last layer)") {
+    Tensor x = leaf({2, 3, 3, 4}, 15);
+    Tensor w = rnd({3, 1, 4, 4}, 16).contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+    REQUIRE(w.suggest_memory_format() == MemoryFormat::ChannelsLast);
+    const Tensor y = conv_transpose2d(x.detach(), w.detach(), Tensor(), 2, 1);
+    CHECK(y.suggest_memory_format() == MemoryFormat::ChannelsLast);  // as conv2d's rule
+    CHECK(allclose(y, conv_transpose2d(x.detach(), w.detach().contiguous(), Tensor(), 2, 1), 1e-12,
+                   1e-12));
+    gradcheck(ct(2, 1, 0, 1, 1), {x, w, leaf({1}, 17)});
+    CHECK(x.grad().suggest_memory_format() == MemoryFormat::Contiguous);
+    CHECK(w.grad().suggest_memory_format() == MemoryFormat::ChannelsLast);
+  }
   SECTION("im2col path with oneDNN off") {
     const bool was = cpu::dnnl_enabled();
     cpu::set_dnnl_enabled(false);

@@ -136,6 +136,9 @@ class Tensor {
   /// True when the strides are those of `fmt` for this shape (size-1 dims ignored).
   bool is_contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;
   /// ChannelsLast for a 4-d tensor laid out as NHWC (and not plain contiguous), else Contiguous.
+  /// A tensor dense in both (one channel, or a 1x1 image) is ChannelsLast when its strides are
+  /// exactly channels-last's, size-1 dims included, as contiguous(ChannelsLast) makes them
+  /// (PyTorch's tie-break), so a 1-channel image or weight can still say it is channels-last.
   MemoryFormat suggest_memory_format() const;
 
   // --- autograd -----------------------------------------------------------
@@ -176,7 +179,9 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
 
   // --- copies and conversion ----------------------------------------------
-  /// This tensor if already laid out as `fmt`, else a copy that is.
+  /// This tensor if already laid out as `fmt`, else a copy that is. A 4-d tensor dense in both
+  /// formats (one channel, a 1x1 image) is re-labelled, a view with fmt's strides (no copy), so
+  /// that suggest_memory_format() says fmt.
   Tensor contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;
   Tensor clone(MemoryFormat fmt = MemoryFormat::Preserve) const;
   /// Copies src (broadcast to this shape, any dtype/device) into this tensor, in place.

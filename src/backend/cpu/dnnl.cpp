@@ -84,13 +84,22 @@ bool nchw_blocked() {
   return on;
 }
 
-// The layout a convolution is asked to take t in: its own, or "any" for nchw (above).
-memory::desc conv_act_desc(const Tensor& t) {
-  if (t.dim() == 4 && nchw_blocked() && t.is_contiguous(MemoryFormat::Contiguous) &&
+// A 4-d tensor dense in fmt as oneDNN's nchw or nhwc. By the tag, not the strides: a tensor
+// with one channel (or a 1x1 image) is dense in both, and its strides may say either; the
+// convolution's format (detail::conv_memory_format) says which one its kernels run in.
+memory::desc dense_desc(const Tensor& t, MemoryFormat fmt) {
+  return memory::desc(memory::dims(t.shape().begin(), t.shape().end()), dnnl_dtype(t.dtype()),
+                      fmt == MemoryFormat::ChannelsLast ? tag::nhwc : tag::nchw);
+}
+
+// The layout a convolution is asked to take t (dense in fmt) in: fmt's, or "any" for nchw
+// (above) unless t is channels-last too (one channel: the plain kernels take it as it is).
+memory::desc conv_act_desc(const Tensor& t, MemoryFormat fmt) {
+  if (fmt == MemoryFormat::Contiguous && nchw_blocked() &&
       !t.is_contiguous(MemoryFormat::ChannelsLast))
     return memory::desc(memory::dims(t.shape().begin(), t.shape().end()), dnnl_dtype(t.dtype()),
                         tag::any);
-  return act_desc(t);
+  return dense_desc(t, fmt);
 }
 
 memory::dims weight_dims(const DnnlConvShape& s) {
@@ -375,15 +384,19 @@ memory::desc bias_desc(bool defined, DType dt, const DnnlConvShape& s) {
   return defined ? memory::desc({s.Cout}, dnnl_dtype(dt), tag::a) : memory::desc();
 }
 
-// The forward primitive for x -> y (both dense, in their own strides); also the hint of the
-// backward ones.
+// The forward primitive for x -> y (both dense in fmt); also the hint of the backward ones.
 ConvFwd conv_forward(const Tensor& xd, const Tensor& y, const DnnlConvShape& s, bool bias,
-                     DType bias_dt) {
-  const Key key =
-      Key('F').add(xd).add(y).add(s).add(int64_t{bias}).add(static_cast<int64_t>(bias_dt));
+                     DType bias_dt, MemoryFormat fmt) {
+  const Key key = Key('F')
+                      .add(xd)
+                      .add(y)
+                      .add(s)
+                      .add(int64_t{bias})
+                      .add(static_cast<int64_t>(bias_dt))
+                      .add(static_cast<int64_t>(fmt));
   auto c = cached<ConvFwd::pd_type, dnnl::convolution_forward>(key, [&] {
-    return forward_pd(conv_act_desc(xd), any_weights(s, xd.dtype()), bias_desc(bias, bias_dt, s),
-                      conv_act_desc(y), s);
+    return forward_pd(conv_act_desc(xd, fmt), any_weights(s, xd.dtype()),
+                      bias_desc(bias, bias_dt, s), conv_act_desc(y, fmt), s);
   });
   if (!c) rethrow(dnnl::error(dnnl_unimplemented, "no implementation"), "convolution forward", s);
   return *c;
@@ -392,19 +405,18 @@ ConvFwd conv_forward(const Tensor& xd, const Tensor& y, const DnnlConvShape& s, 
 }  // namespace
 
 Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
-                           const DnnlConvShape& s) {
+                           const DnnlConvShape& s, MemoryFormat fmt) {
   use_our_threads();
-  const MemoryFormat fmt = x.suggest_memory_format();
   Tensor xd = x.contiguous(fmt), wd = w.contiguous(w.suggest_memory_format());
   Tensor y = empty({s.N, s.Cout, s.Ho, s.Wo}, fmt, x.options());
   try {
-    const ConvFwd c = conv_forward(xd, y, s, b.defined(), b.defined() ? b.dtype() : x.dtype());
+    const ConvFwd c = conv_forward(xd, y, s, b.defined(), b.defined() ? b.dtype() : x.dtype(), fmt);
     memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
     memory wmem = as_layout(wuser, c.pd.weights_desc());
-    const memory yuser = mem(act_desc(y), y);
+    const memory yuser = mem(dense_desc(y, fmt), y);
     memory ymem = output_in(yuser, c.pd.dst_desc());
     std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, as_layout(mem(act_desc(xd), xd), c.pd.src_desc())},
+        {DNNL_ARG_SRC, as_layout(mem(dense_desc(xd, fmt), xd), c.pd.src_desc())},
         {DNNL_ARG_WEIGHTS, wmem},
         {DNNL_ARG_DST, ymem}};
     Tensor bd;
@@ -422,28 +434,41 @@ Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
 }
 
 void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
-                          const DnnlConvShape& s, Tensor* gx, Tensor* gw, Tensor* gb) {
+                          const DnnlConvShape& s, MemoryFormat fmt, Tensor* gx, Tensor* gw,
+                          Tensor* gb) {
   use_our_threads();
-  const MemoryFormat fmt = x.suggest_memory_format();
-  Tensor xd = x.contiguous(fmt), wd = w.contiguous(w.suggest_memory_format());
+  // x's data is read only for gw; otherwise a tensor in the convolution's format stands in
+  // for it in the primitive descriptors (no copy of data nobody reads).
+  Tensor xd = gw || x.is_contiguous(fmt) ? x.contiguous(fmt) : empty(x.shape(), fmt, x.options());
+  Tensor wd = w.contiguous(w.suggest_memory_format());
   Tensor gy = gy0.to(x.dtype()).contiguous(fmt);
+  // gx in x's own format, seen by oneDNN in the convolution's when x is dense in both (one
+  // channel).
+  const MemoryFormat x_own = x.suggest_memory_format();
+  const MemoryFormat gx_fmt = x.is_contiguous(fmt) ? fmt : x_own;
   try {
-    const memory xuser = mem(act_desc(xd), xd), gyuser = mem(act_desc(gy), gy);
-    const memory::desc src = conv_act_desc(xd), ddst = conv_act_desc(gy);
+    const memory xuser = mem(dense_desc(xd, fmt), xd), gyuser = mem(dense_desc(gy, fmt), gy);
+    const memory::desc src = conv_act_desc(xd, fmt), ddst = conv_act_desc(gy, fmt);
     memory gy_mem = gyuser;  // gy in the layout the last primitive asked for
     if (gx) {
-      *gx = empty({s.N, s.Cin, s.H, s.W}, fmt, x.options());
-      const Key key = Key('D').add(xd).add(gy).add(*gx).add(s);
+      *gx = empty({s.N, s.Cin, s.H, s.W}, x_own, x.options());
+      const Key key = Key('D')
+                          .add(xd)
+                          .add(gy)
+                          .add(*gx)
+                          .add(s)
+                          .add(static_cast<int64_t>(fmt))
+                          .add(static_cast<int64_t>(gx_fmt));
       auto c = cached<ConvBwdData::pd_type, dnnl::convolution_backward_data>(key, [&] {
-        const ConvFwd f = conv_forward(xd, gy, s, false, x.dtype());
-        return conv_bwd_data_pd(conv_act_desc(*gx), any_weights(s, x.dtype()), ddst, strides(s),
-                                dilates(s), pad_l(s), pad_r(s), f.pd);
+        const ConvFwd f = conv_forward(xd, gy, s, false, x.dtype(), fmt);
+        return conv_bwd_data_pd(conv_act_desc(*gx, gx_fmt), any_weights(s, x.dtype()), ddst,
+                                strides(s), dilates(s), pad_l(s), pad_r(s), f.pd);
       });
       if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-data for this case");
       memory wuser(weight_desc(wd, s), engine(), wd.data_ptr());
       memory wmem = as_layout(wuser, c->pd.weights_desc());
       gy_mem = as_layout(gyuser, c->pd.diff_dst_desc());
-      const memory gxuser = mem(act_desc(*gx), *gx);
+      const memory gxuser = mem(dense_desc(*gx, gx_fmt), *gx);
       memory gxmem = output_in(gxuser, c->pd.diff_src_desc());
       c->prim.execute(
           stream(),
@@ -452,9 +477,15 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
     }
     if (gw) {
       *gw = empty(w.shape(), w.suggest_memory_format(), w.options());
-      const Key key = Key('W').add(xd).add(gy).add(*gw).add(s).add(int64_t{gb != nullptr});
+      const Key key = Key('W')
+                          .add(xd)
+                          .add(gy)
+                          .add(*gw)
+                          .add(s)
+                          .add(int64_t{gb != nullptr})
+                          .add(static_cast<int64_t>(fmt));
       auto c = cached<ConvBwdWeights::pd_type, dnnl::convolution_backward_weights>(key, [&] {
-        const ConvFwd f = conv_forward(xd, gy, s, gb != nullptr, w.dtype());
+        const ConvFwd f = conv_forward(xd, gy, s, gb != nullptr, w.dtype(), fmt);
         return conv_bwd_weights_pd(src, any_weights(s, w.dtype()),
                                    bias_desc(gb != nullptr, w.dtype(), s), ddst, strides(s),
                                    dilates(s), pad_l(s), pad_r(s), f.pd);

@@ -32,12 +32,16 @@ const char* dnnl_version();
 /// CPU has AVX-512 BF16 or AMX, as oneDNN reports).
 bool dnnl_conv_supported(DType dt);
 
-/// y = conv(x, w) + b in x's memory format (x, w dense NCHW/NHWC, b may be undefined).
+/// y = conv(x, w) + b in memory format `fmt` (the convolution's: detail::conv_memory_format;
+/// x is brought to it, w is taken in its own layout; b may be undefined).
 Tensor dnnl_conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
-                           const DnnlConvShape& s);
-/// The gradients asked for (non-null outputs): gx in x's format, gw in w's, gb [Cout].
+                           const DnnlConvShape& s, MemoryFormat fmt);
+/// The gradients asked for (non-null outputs) of the convolution computed in `fmt` (gy and x
+/// are brought to it): gx in x's own format, gw in w's, gb [Cout]. x is read only for gw (its
+/// shape, dtype and format otherwise), w only for gx (its shape, dtype and format otherwise).
 void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy,
-                          const DnnlConvShape& s, Tensor* gx, Tensor* gw, Tensor* gb);
+                          const DnnlConvShape& s, MemoryFormat fmt, Tensor* gx, Tensor* gw,
+                          Tensor* gb);
 
 /// Batch-norm training forward of x (dense nchw/nhwc or [N, C, ...] contiguous, f32 or bf16)
 /// with f32 scale/shift [C]: y in x's layout and dtype, the batch mean and biased variance as

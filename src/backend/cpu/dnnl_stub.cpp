@@ -9,11 +9,12 @@ namespace dltrain::backend::cpu {
 bool dnnl_available() { return false; }
 const char* dnnl_version() { return ""; }
 bool dnnl_conv_supported(DType) { return false; }
-Tensor dnnl_conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const DnnlConvShape&) {
+Tensor dnnl_conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const DnnlConvShape&,
+                           MemoryFormat) {
   DLTRAIN_FAIL("conv2d: this dltrain was built without oneDNN (DLTRAIN_DNNL)");
 }
 void dnnl_conv2d_backward(const Tensor&, const Tensor&, const Tensor&, const DnnlConvShape&,
-                          Tensor*, Tensor*, Tensor*) {
+                          MemoryFormat, Tensor*, Tensor*, Tensor*) {
   DLTRAIN_FAIL("conv2d: this dltrain was built without oneDNN (DLTRAIN_DNNL)");
 }
 
