@@ -6,6 +6,7 @@
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cpu/cast.hpp"
+#include "src/backend/cpu/half_convert.hpp"
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/elementwise.hpp"
@@ -16,8 +17,42 @@ namespace dltrain {
 
 namespace {
 
+// dst[...] = Half(src[...] * scale) (f32 -> f16) or float(src[...]) (f16 -> f32; with
+// scale != 1, float(Half(float(src[...]) * scale))) through the bulk loops (F16C where the CPU
+// has it) on unit-stride runs, src broadcast to dst.
+void cpu_convert_half(const Tensor& dst, const Tensor& src, float scale) {
+  std::array<char*, 2> base{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())};
+  const bool to_half = dst.dtype() == DType::f16;
+  backend::cpu::for_each_strided<2>(
+      dst.shape(), base, {dst.strides(), backend::cpu::broadcast_strides(src, dst.shape())},
+      {dst.element_size(), src.element_size()},
+      [&](const std::array<char*, 2>& p, const std::array<int64_t, 2>& st, int64_t n) {
+        const int64_t so = st[0] / static_cast<int64_t>(dst.element_size());
+        const int64_t sa = st[1] / static_cast<int64_t>(src.element_size());
+        if (to_half) {
+          Half* o = reinterpret_cast<Half*>(p[0]);
+          const float* a = reinterpret_cast<const float*>(p[1]);
+          if (so == 1 && sa == 1) return backend::cpu::f32_to_f16(a, o, n, scale);
+          for (int64_t i = 0; i < n; ++i)
+            backend::cpu::f32_to_f16(a + i * sa, o + i * so, 1, scale);
+        } else {
+          float* o = reinterpret_cast<float*>(p[0]);
+          const Half* a = reinterpret_cast<const Half*>(p[1]);
+          if (so == 1 && sa == 1) return backend::cpu::f16_to_f32(a, o, n, scale);
+          for (int64_t i = 0; i < n; ++i)
+            backend::cpu::f16_to_f32(a + i * sa, o + i * so, 1, scale);
+        }
+      });
+}
+
+bool half_float_pair(const Tensor& dst, const Tensor& src) {
+  return (dst.dtype() == DType::f16 && src.dtype() == DType::f32) ||
+         (dst.dtype() == DType::f32 && src.dtype() == DType::f16);
+}
+
 // dst[...] = cast(src[...]) on CPU, src broadcast to dst.
 void cpu_convert(const Tensor& dst, const Tensor& src) {
+  if (half_float_pair(dst, src)) return cpu_convert_half(dst, src, 1.0f);
   dispatch_all(dst.dtype(), [&]<class D>() {
     dispatch_all(src.dtype(), [&]<class S>() {
       backend::cpu::unary_map<D, S>(dst, src, [](S v) { return backend::cpu::cast<D>(v); });
@@ -199,6 +234,13 @@ Tensor& copy_scaled_(Tensor& dst, const Tensor& src, double scale) {
   if (dst.numel() == 0) return dst;
   if (dst.device().is_cuda()) {
     backend::cuda::copy_scaled(dst, src, scale);
+    return dst;
+  }
+  if (half_float_pair(dst, src)) {  // the bulk loops, with mul_'s arithmetic (below)
+    cpu_convert_half(dst, src,
+                     src.dtype() == DType::f32
+                         ? static_cast<float>(scale)
+                         : static_cast<float>(Half(static_cast<float>(scale))));
     return dst;
   }
   dispatch_floating(dst.dtype(), "copy_scaled_", [&]<class D>() {

@@ -3,6 +3,14 @@
 // Both are plain 16-bit containers converted to and from float with
 // round-to-nearest-even; arithmetic on them happens in float (the CPU backend's
 // accumulation type for both), which is also what CUDA kernels do.
+//
+// Half's conversions give exactly the bits of x86's F16C instructions (vcvtps2ph with
+// round-to-nearest-even, vcvtph2ps), which the CPU backend's bulk conversions use where the
+// CPU has them (src/backend/cpu/half_convert.hpp), so results never depend on the machine:
+// overflow gives inf, subnormals are exact both ways, and a NaN stays a NaN of the same sign,
+// made quiet, keeping the top of its payload (float -> half: bit 9 set and the payload's top
+// 9 bits; half -> float: bit 22 set and the 10 payload bits on top), as IEEE 754 asks of a
+// conversion. BFloat16 quiets NaNs the same way.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +30,9 @@ struct Half {
     std::memcpy(&x, &f, 4);
     const uint32_t sign = (x >> 16) & 0x8000u;
     x &= 0x7fffffffu;
-    if (x >= 0x7f800000u)
-      return static_cast<uint16_t>(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (x >= 0x7f800000u)  // inf, or NaN: quiet, top payload bits kept (as F16C)
+      return static_cast<uint16_t>(sign |
+                                   (x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u));
     if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
     if (x < 0x38800000u) {                                               // subnormal or zero
       if (x < 0x33000000u) return static_cast<uint16_t>(sign);
@@ -55,8 +64,8 @@ struct Half {
         }
         x = sign | (e << 23) | ((m & 0x3ffu) << 13);
       }
-    } else if (e == 31) {
-      x = sign | 0x7f800000u | (m << 13);
+    } else if (e == 31) {  // inf, or NaN: quiet, payload kept (as F16C)
+      x = sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u);
     } else {
       x = sign | ((e + 112) << 23) | (m << 13);
     }
