@@ -318,8 +318,30 @@ void Flags::parse(int argc, char** argv) {
     std::printf("%s", help().c_str());
     std::exit(0);
   } catch (const CLI::ParseError& e) {
+    // CLI11 checks required arguments before it reports the ones left over, so "--nope" alone
+    // would read "OUT_DIR is required"; and it lists what is left over in no useful order. What
+    // was not understood is named first, flags before words.
+    const std::vector<std::string> extra = impl_->app->remaining(true);
+    if (!extra.empty() && (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr ||
+                           dynamic_cast<const CLI::RequiredError*>(&e) != nullptr))
+      fail(describe_extras(extra));
     fail(e.what());
   }
+}
+
+std::string Flags::describe_extras(const std::vector<std::string>& extra) const {
+  for (const std::string& a : extra)
+    if (a.size() > 1 && a[0] == '-') {
+      const std::string flag = a.substr(0, a.find('='));
+      return "unknown flag " + flag + " (the flags are listed by --help)";
+    }
+  const CLI::App* app = impl_->app;
+  std::string subs;
+  for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; }))
+    subs += (subs.empty() ? "" : ", ") + sub->get_name();
+  if (!subs.empty() && app->get_subcommands().empty())
+    return "'" + extra.front() + "' is not a subcommand; pass one of " + subs;
+  return "unexpected argument '" + extra.front() + "' (no more positional arguments are taken)";
 }
 
 bool Flags::given(const std::string& name) const {

@@ -109,6 +109,9 @@ class Flags {
  private:
   struct Impl;
   explicit Flags(std::unique_ptr<Impl> impl);
+  // The error for arguments left over after parsing: the first unknown flag, else the first
+  // word (a wrong subcommand, or one positional argument too many).
+  std::string describe_extras(const std::vector<std::string>& extra) const;
   Flag bind(const std::string& name, const std::string& help, std::shared_ptr<Flag::Spec> spec);
   std::unique_ptr<Impl> impl_;
 };
