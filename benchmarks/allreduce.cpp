@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "dltrain/dltrain.hpp"
+#include "dltrain/train/chronometer.hpp"
 #include "examples/common/example_util.hpp"
 
 using namespace dltrain;
@@ -65,8 +66,8 @@ int main(int argc, char** argv) {
         if (i >= warmup) times.push_back(s);
       }
       // The slowest rank defines the collective's time.
-      const double med =
-          distributed::all_reduce_value(stats(times).median, distributed::ReduceOp::Max);
+      const double med = distributed::all_reduce_value(train::compute_stats(times).median,
+                                                       distributed::ReduceOp::Max);
       const double alg = static_cast<double>(bytes) / med / 1e9;
       rows.push_back({bytes, med * 1e6, alg, alg * 2.0 * (n - 1) / std::max(n, 1)});
     }

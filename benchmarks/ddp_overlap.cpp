@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "dltrain/dltrain.hpp"
+#include "dltrain/train/chronometer.hpp"
 #include "examples/common/example_util.hpp"
 
 using namespace dltrain;
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
         sync();
         if (i >= warmup) t.push_back(seconds(t0, Clock::now()));
       }
-      return distributed::all_reduce_value(stats(t).median, distributed::ReduceOp::Max);
+      return distributed::all_reduce_value(train::compute_stats(t).median,
+                                           distributed::ReduceOp::Max);
     };
     const double alone = time_backward([&](const Tensor& in) { return model->forward(in); });
     // DDP overlapped and with communication after backward, reducing in `w` (or the

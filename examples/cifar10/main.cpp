@@ -8,13 +8,19 @@
 //   cifar10 --data DIR [--arch resnet18] [--batch-size 128] [--epochs 30] [--lr 0.1]
 //           [--wd 5e-4] [--mom 0.9] [--label-smoothing 0.1] [--channels-last] [--seed 0]
 //           [--threads N] [--test] [--test-nsteps 50] [--json PATH]
-//           [--amp [--amp-dtype f16|bf16]]
+//           [--amp [--amp-dtype f16|bf16]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //           [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
+//
+// The loop is the examples' common one (examples/common/training.hpp): train::Chronometer's
+// table, train::Progress lines, --metrics / --tensorboard through train::MetricsWriter (every
+// step's loss and learning rate, each epoch's test figures, the hyper-parameters at the end).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "dltrain/data/dataloader.hpp"
@@ -22,7 +28,9 @@
 #include "dltrain/dltrain.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
+#include "dltrain/train/progress.hpp"
 #include "examples/common/example_util.hpp"
+#include "examples/common/training.hpp"
 
 using namespace dltrain;
 using namespace dltrain::examples;
@@ -32,8 +40,6 @@ namespace {
 struct Args : CommonFlags {
   std::string arch = "resnet18";
   double wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
-  PrecisionFlags prec;
-  ProfileFlags prof;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -53,12 +59,9 @@ Args parse(int argc, char** argv) {
   f.group(cli::group::kDevice);
   f.add("--threads", &a.threads, "CPU threads (0: DLTRAIN_NUM_THREADS or all cores)").min(0);
   a.prec.add_to(f);
-  a.add_report(f, /*with_metrics=*/false);
+  a.add_report(f);
   a.prof.add_to(f);
-  f.parse(argc, argv);
-  a.check(f);
-  a.prec.check(f);
-  a.prof.check(f);
+  a.parse(f, argc, argv);
   return a;
 }
 
@@ -97,9 +100,9 @@ Tensor augment(const Tensor& x, Generator& gen) {
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
-  try {
-    if (a.threads > 0) set_num_threads(a.threads);
-    manual_seed(a.seed);
+  return run_guarded("cifar10", [&]() -> int {
+    const Run run = start_run(a, /*data_parallel=*/false);
+    const Device device = run.device;
     data::ImageOptions norm{{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
     auto train_set = std::make_shared<data::CIFAR10>(a.data, true, norm);
     auto test_set = std::make_shared<data::CIFAR10>(a.data, false, norm);
@@ -120,101 +123,81 @@ int main(int argc, char** argv) {
     ro.cifar_stem = true;
     ro.num_classes = 10;
     auto model = models::resnet(a.arch, ro);
-    const Device device = Device::cpu();
     const MemoryFormat fmt = a.prec.format();
     model->to(fmt);
     std::printf("model: CIFAR %s, %lld parameters, %s\n", a.arch.c_str(),
                 static_cast<long long>(model->num_parameters()), a.prec.describe(device).c_str());
     optim::SGD opt(model->parameters(),
                    {.lr = a.lr, .momentum = a.mom, .weight_decay = a.wd, .nesterov = true});
-    int64_t total = a.test ? a.test_nsteps : train_loader.size() * a.epochs;
+    const int64_t steps_per_epoch = train_loader.size();
+    int64_t total = a.test ? a.test_nsteps : steps_per_epoch * a.epochs;
     optim::OneCycleLR sched(opt, a.lr, total);
     CrossEntropyOptions ce;
     ce.label_smoothing = a.label_smoothing;
     nn::CrossEntropyLoss criterion(ce);
     amp::GradScaler scaler(a.prec.scaler_options(device));
-    ScaleLog scale_log;
     Generator aug_gen(a.seed + 1);
 
     // The report is rewritten at each epoch end, so an interrupted run leaves valid JSON.
-    nlohmann::json report = {{"framework", "dltrain"},
-                             {"arch", a.arch},
-                             {"precision", a.prec.precision(device)},
-                             {"layout", a.prec.layout()},
-                             {"loss_scaling", scaler.is_enabled()},
-                             {"epochs", nlohmann::json::array()}};
-    int64_t step = 0;
+    nlohmann::json report = report_header(a, device, scaler);
+    report["arch"] = a.arch;
+    report["epochs"] = nlohmann::json::array();
+    train::Chronometer chrono({.device = device});
     StepProfiler profiler(a.prof, true);  // --profile: a few steps after warm-up
+    MetricsLog metrics(a);
+    train::Progress progress(progress_options(a, steps_per_epoch, /*test_every=*/0));
+    TrainStep train_step(chrono, profiler, opt, scaler, &sched, a.prec, device, 0, &progress,
+                         &metrics);
+    std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
-      model->train();
       train_loader.set_epoch(epoch);
-      double loss_sum = 0;
-      int64_t seen = 0, nb = 0;
-      auto t0 = Clock::now();
+      train_step.begin_epoch(*model, epoch);
       for (const data::Batch& b : train_loader) {
-        profiler.begin_step();
-        Tensor x = augment(b.data, aug_gen).contiguous(fmt);
-        Tensor loss;
-        {
-          const amp::autocast ac = a.prec.region(device);
-          loss = criterion(model->forward(x), b.target);
-        }
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        sched.step();
-        scale_log(scaler, step);
-        loss_sum += loss.item<double>();
-        profiler.end_step();
-        seen += b.size();
-        ++nb;
-        if (++step >= total) break;
-        if (nb % std::max<int64_t>(1, train_loader.size() / 10) == 0) {
-          std::printf("  epoch %lld step %lld/%lld loss %.4f\n", static_cast<long long>(epoch + 1),
-                      static_cast<long long>(nb), static_cast<long long>(train_loader.size()),
-                      loss_sum / static_cast<double>(nb));
-          std::fflush(stdout);
-        }
+        const Tensor x = augment(b.data, aug_gen).contiguous(fmt);
+        train_step.data_ready();
+        train_step.run(b.size(), [&] { return criterion(model->forward(x), b.target); });
+        if (train_step.step() >= total) break;
+        train_step.begin();
       }
-      double train_time = seconds(t0, Clock::now());
-      profiler.finish();  // a window cut short by the end of the epoch or the run
-      model->eval();
-      int64_t correct = 0, count = 0;
-      double test_loss = 0;
-      {
-        NoGradGuard ng;
-        const amp::autocast ac = a.prec.region(device);
-        for (const data::Batch& b : test_loader) {
-          Tensor logits = model->forward(b.data.contiguous(fmt));
-          CrossEntropyOptions s;
-          s.reduction = Reduction::Sum;
-          test_loss += cross_entropy(logits, b.target, s).item<double>();
-          correct += static_cast<int64_t>(
-              sum(eq(argmax(logits, 1), b.target).to(DType::i64)).item<double>());
-          count += b.size();
-        }
-      }
-      double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(count);
-      double ips = static_cast<double>(seen) / train_time;
+      const EpochTally train = train_step.end_epoch();
+      const double train_time = train.seconds, train_loss = train.mean_loss(),
+                   ips = train.throughput();
+      const ClassifierFigures test = evaluate_classifier(*model, test_loader, device, a.prec);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  test acc %.2f%%  "
           "throughput %.1f img/s\n",
           static_cast<long long>(epoch + 1), static_cast<long long>(a.epochs), train_time,
-          loss_sum / static_cast<double>(nb), test_loss / static_cast<double>(count), acc, ips);
+          train_loss, test.loss(), test.accuracy(), ips);
       std::fflush(stdout);
+      metrics.epoch({{"test/loss", test.loss()},
+                     {"test/acc", test.accuracy()},
+                     {"train/epoch_loss", train_loss},
+                     {"train/img_per_s", ips}},
+                    train_step.step());
+      final_figures = {{"test/acc", test.accuracy()}, {"test/loss", test.loss()}};
       report["epochs"].push_back({{"epoch", epoch + 1},
                                   {"time_s", train_time},
-                                  {"train_loss", loss_sum / static_cast<double>(nb)},
-                                  {"test_acc", acc},
+                                  {"train_loss", train_loss},
+                                  {"test_loss", test.loss()},
+                                  {"test_acc", test.accuracy()},
                                   {"img_per_s", ips}});
+      report["steps"] = chrono.summary().measured_steps;
+      report["step_ms"] = step_ms(chrono);
       if (!a.json.empty()) cli::write_json_report(a.json, report);
-      if (step >= total) break;
+      if (train_step.step() >= total) break;
     }
+    std::printf("%s", chrono.table(a.prec.describe(device)).c_str());
+    metrics.finish({{"lr", a.lr},
+                    {"batch_size", static_cast<double>(a.batch_size)},
+                    {"epochs", static_cast<double>(a.epochs)},
+                    {"weight_decay", a.wd},
+                    {"momentum", a.mom},
+                    {"label_smoothing", a.label_smoothing},
+                    {"arch", a.arch},
+                    {"precision", a.prec.precision(device)},
+                    {"layout", std::string(a.prec.layout())}},
+                   final_figures);
     if (!a.json.empty()) std::printf("wrote %s\n", a.json.c_str());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "cifar10: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -1,7 +1,9 @@
-// Helpers shared by the examples: the chronometer's statistics, wall-clock seconds, the
-// --device flag's parsing, the flags most examples share (CommonFlags, on cli::Flags), the course's
-// precision and layout flags (--amp, --amp-dtype, --channels-last) with the loss-scale log, and the
-// --checkpoint file (resume, save, stop for a requeue on a preemption signal) (header-only).
+// Helpers shared by the examples: wall-clock seconds, the --device flag's parsing, the course's
+// precision and layout flags (--amp, --amp-dtype, --channels-last) and profiler flags, the flags
+// every example shares (CommonFlags, on cli::Flags, holding those two), the loss-scale log, the
+// --metrics / --tensorboard sinks, and the --checkpoint file (resume, save, stop for a requeue on
+// a preemption signal) (header-only). examples/common/training.hpp has the training loop's
+// shared pieces.
 #pragma once
 
 #include <algorithm>
@@ -43,40 +45,6 @@ inline double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-/// min / median / mean / std of a list of step times (seconds), the chronometer's summary.
-struct Stats {
-  double min = 0, median = 0, mean = 0, std = 0;
-};
-inline Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.min = v.front();
-  s.median = v[v.size() / 2];
-  for (double x : v) s.mean += x;
-  s.mean /= static_cast<double>(v.size());
-  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
-  s.std = std::sqrt(s.std / static_cast<double>(v.size()));
-  return s;
-}
-
-/// Prints the chronometer table: min / median / std in ms of the data, forward (with the
-/// loss) and backward + optimizer-step times, one row each; `config` (precision and layout)
-/// goes in the title when given.
-inline void print_chronometer(const char* data_label, const std::vector<double>& data,
-                              const std::vector<double>& forward,
-                              const std::vector<double>& backward, const std::string& config = "") {
-  if (!config.empty()) std::printf("chronometer: %s\n", config.c_str());
-  std::printf("chronometer over %zu steps (ms): %-18s %8s %8s %8s\n", forward.size(), "", "min",
-              "median", "std");
-  auto row = [](const char* name, const Stats& s) {
-    std::printf("  %-44s %8.2f %8.2f %8.2f\n", name, 1e3 * s.min, 1e3 * s.median, 1e3 * s.std);
-  };
-  row(data_label, stats(data));
-  row("forward (incl. loss)", stats(forward));
-  row("backward + optimizer step", stats(backward));
-}
-
 /// "cpu", "cuda" (device 0) or "cuda:N"; throws std::invalid_argument otherwise.
 inline Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu();
@@ -88,6 +56,77 @@ inline Device parse_device(const std::string& s) {
   }
   throw std::invalid_argument(s);
 }
+
+/// The course's mixed-precision and layout flags: `--amp` (autocast in f16 with a GradScaler on
+/// a GPU, bf16 without one on the CPU), `--amp-dtype f16|bf16` to choose, `--channels-last`.
+struct PrecisionFlags {
+  bool amp = false;
+  std::string amp_dtype;  // empty: the device's default
+  bool channels_last = false;
+
+  /// Adds --amp and --amp-dtype, and --channels-last unless `with_layout` is false (a model
+  /// without image tensors, where the layout does not apply: say so in the program's help).
+  void add_to(cli::Flags& f, bool with_layout = true) {
+    f.group(cli::group::kDevice);
+    f.add_switch("--amp", &amp,
+                 "mixed precision: autocast (f16 + GradScaler on a GPU, bf16 on the CPU)");
+    f.add("--amp-dtype", &amp_dtype, "the autocast dtype [default: the device's]")
+        .choices({"f16", "bf16"});
+    if (with_layout)
+      f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
+  }
+  /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
+  void check(const cli::Flags& f) const {
+    if (!amp_dtype.empty() && !amp) f.fail("--amp-dtype needs --amp; add --amp or drop it");
+  }
+  /// The autocast dtype on `d`.
+  DType dtype(Device d) const {
+    if (amp_dtype.empty()) return amp::default_autocast_dtype(d.type);
+    return amp_dtype == "f16" ? DType::f16 : DType::bf16;
+  }
+  /// The autocast region of a forward pass on `d` (a disabled region without --amp).
+  amp::autocast region(Device d) const { return amp::autocast(d.type, dtype(d), amp); }
+  /// Loss scaling is for f16 only: bf16 has f32's range, and f32 needs none.
+  amp::GradScalerOptions scaler_options(Device d) const {
+    return {.enabled = amp && dtype(d) == DType::f16};
+  }
+  MemoryFormat format() const {
+    return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  }
+  /// "f32", "amp-bf16" or "amp-f16".
+  std::string precision(Device d) const {
+    return amp ? (dtype(d) == DType::f16 ? "amp-f16" : "amp-bf16") : "f32";
+  }
+  const char* layout() const { return channels_last ? "channels-last" : "contiguous"; }
+  /// "precision amp-bf16, layout channels-last, loss scaling off".
+  std::string describe(Device d) const {
+    return "precision " + precision(d) + ", layout " + layout() + ", loss scaling " +
+           (scaler_options(d).enabled ? "on" : "off");
+  }
+};
+
+/// The course's profiler flags: `--profile FILE.json` profiles `--profile-steps N` (5) training
+/// steps after `--profile-warmup N` (2) steps of this run, then writes the Chrome trace to FILE
+/// and prints the ops table; `--profile-shapes` records input shapes.
+struct ProfileFlags {
+  std::string path;
+  int64_t steps = 5;
+  int64_t warmup = 2;
+  bool shapes = false;
+  void add_to(cli::Flags& f) {
+    f.group(cli::group::kProfiler);
+    f.add("--profile", &path, "profile a few training steps, write the Chrome trace here")
+        .value_name("FILE.json");
+    f.add("--profile-steps", &steps, "training steps profiled").positive();
+    f.add("--profile-warmup", &warmup, "steps run before profiling starts").min(0);
+    f.add_switch("--profile-shapes", &shapes, "record the input shapes of every op");
+  }
+  /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
+  void check(const cli::Flags& f) const {
+    if (!path.empty() && !path.ends_with(".json"))
+      f.fail("--profile takes a FILE.json for the Chrome trace (got '" + path + "')");
+  }
+};
 
 /// The flags most examples share, in the course's groups (cli::group). Set the example's
 /// defaults in the fields, add the groups it has, parse, then check().
@@ -114,6 +153,9 @@ struct CommonFlags {
   std::string json, metrics, tensorboard, checkpoint;
   bool resume = false;
   std::string resume_lr_scaling = "keep";
+  // Device and precision (--amp, --amp-dtype, --channels-last), Profiler
+  PrecisionFlags prec;
+  ProfileFlags prof;
 
   /// --batch-size, --epochs, --lr, --seed (the batch size is per rank).
   void add_training(cli::Flags& f) {
@@ -199,61 +241,41 @@ struct CommonFlags {
       f.fail("--persistent-workers needs worker threads; drop it or pass --num-workers N (N > 0)");
     if (resume && checkpoint.empty())
       f.fail("--resume needs --checkpoint FILE (the file to resume from)");
+    if (!tensorboard.empty() && !train::tensorboard_available())
+      f.fail(
+          "--tensorboard needs a build with protobuf (DLTRAIN_WITH_PROTOBUF: install "
+          "libprotobuf-dev, protobuf-compiler and libisal-dev, then rebuild); drop it or use "
+          "--metrics FILE.csv");
+    prec.check(f);
+    prof.check(f);
+  }
+  /// Parses the command line and checks the values (prints the error naming the flag and exits
+  /// with status 2 on a bad one).
+  void parse(cli::Flags& f, int argc, char** argv) {
+    f.parse(argc, argv);
+    check(f);
   }
   Device parsed_device() const { return parse_device(device); }
+  /// The training DataLoader's options: --batch-size (per rank), --seed and the loader flags,
+  /// without shuffling: a DistributedSampler gives each rank its share of one epoch order (the
+  /// seed's, also for one process, so that a checkpoint resumes on any number of ranks).
+  data::DataLoaderOptions loader_options(bool drop_last) const {
+    data::DataLoaderOptions lo;
+    lo.batch_size = batch_size;
+    lo.shuffle = false;
+    lo.drop_last = drop_last;
+    lo.seed = seed;
+    lo.num_workers = num_workers;
+    lo.prefetch_factor = prefetch_factor;
+    lo.pin_memory = pin_memory;
+    lo.persistent_workers = persistent_workers;
+    return lo;
+  }
   /// --resume-lr-scaling as train::LRScaling.
   train::LRScaling lr_scaling() const {
     if (resume_lr_scaling == "linear") return train::LRScaling::Linear;
     if (resume_lr_scaling == "sqrt") return train::LRScaling::Sqrt;
     return train::LRScaling::Keep;
-  }
-};
-
-/// The course's mixed-precision and layout flags: `--amp` (autocast in f16 with a GradScaler on
-/// a GPU, bf16 without one on the CPU), `--amp-dtype f16|bf16` to choose, `--channels-last`.
-struct PrecisionFlags {
-  bool amp = false;
-  std::string amp_dtype;  // empty: the device's default
-  bool channels_last = false;
-
-  /// Adds --amp and --amp-dtype, and --channels-last unless `with_layout` is false (a model
-  /// without image tensors, where the layout does not apply: say so in the program's help).
-  void add_to(cli::Flags& f, bool with_layout = true) {
-    f.group(cli::group::kDevice);
-    f.add_switch("--amp", &amp,
-                 "mixed precision: autocast (f16 + GradScaler on a GPU, bf16 on the CPU)");
-    f.add("--amp-dtype", &amp_dtype, "the autocast dtype [default: the device's]")
-        .choices({"f16", "bf16"});
-    if (with_layout)
-      f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
-  }
-  /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
-  void check(const cli::Flags& f) const {
-    if (!amp_dtype.empty() && !amp) f.fail("--amp-dtype needs --amp; add --amp or drop it");
-  }
-  /// The autocast dtype on `d`.
-  DType dtype(Device d) const {
-    if (amp_dtype.empty()) return amp::default_autocast_dtype(d.type);
-    return amp_dtype == "f16" ? DType::f16 : DType::bf16;
-  }
-  /// The autocast region of a forward pass on `d` (a disabled region without --amp).
-  amp::autocast region(Device d) const { return amp::autocast(d.type, dtype(d), amp); }
-  /// Loss scaling is for f16 only: bf16 has f32's range, and f32 needs none.
-  amp::GradScalerOptions scaler_options(Device d) const {
-    return {.enabled = amp && dtype(d) == DType::f16};
-  }
-  MemoryFormat format() const {
-    return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-  }
-  /// "f32", "amp-bf16" or "amp-f16".
-  std::string precision(Device d) const {
-    return amp ? (dtype(d) == DType::f16 ? "amp-f16" : "amp-bf16") : "f32";
-  }
-  const char* layout() const { return channels_last ? "channels-last" : "contiguous"; }
-  /// "precision amp-bf16, layout channels-last, loss scaling off".
-  std::string describe(Device d) const {
-    return "precision " + precision(d) + ", layout " + layout() + ", loss scaling " +
-           (scaler_options(d).enabled ? "on" : "off");
   }
 };
 
@@ -392,29 +414,6 @@ class CheckpointFile {
   train::LRScaling lr_scaling_;
   train::ResumePosition start_;
   std::optional<train::PreemptionHandler> preempt_;
-};
-
-/// The course's profiler flags: `--profile FILE.json` profiles `--profile-steps N` (5) training
-/// steps after `--profile-warmup N` (2) steps of this run, then writes the Chrome trace to FILE
-/// and prints the ops table; `--profile-shapes` records input shapes.
-struct ProfileFlags {
-  std::string path;
-  int64_t steps = 5;
-  int64_t warmup = 2;
-  bool shapes = false;
-  void add_to(cli::Flags& f) {
-    f.group(cli::group::kProfiler);
-    f.add("--profile", &path, "profile a few training steps, write the Chrome trace here")
-        .value_name("FILE.json");
-    f.add("--profile-steps", &steps, "training steps profiled").positive();
-    f.add("--profile-warmup", &warmup, "steps run before profiling starts").min(0);
-    f.add_switch("--profile-shapes", &shapes, "record the input shapes of every op");
-  }
-  /// Checks the values (after Flags::parse); exits with status 2 on a bad one.
-  void check(const cli::Flags& f) const {
-    if (!path.empty() && !path.ends_with(".json"))
-      f.fail("--profile takes a FILE.json for the Chrome trace (got '" + path + "')");
-  }
 };
 
 /// Runs train::Profiler over a window of training steps (rank 0 only): call begin_step() before

@@ -42,6 +42,7 @@
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/progress.hpp"
 #include "examples/common/example_util.hpp"
+#include "examples/common/training.hpp"
 #include "examples/gnn_tracking/detector.hpp"
 
 using namespace dltrain;
@@ -59,8 +60,6 @@ struct Args : CommonFlags {
   int64_t hidden = 64;
   int64_t iterations = 4;
   std::string dump_events;
-  PrecisionFlags prec;
-  ProfileFlags prof;
 };
 
 Args parse(int argc, char** argv) {
@@ -93,10 +92,7 @@ Args parse(int argc, char** argv) {
   a.add_checkpoint(f, /*with_lr_scaling=*/false);
   a.add_report(f);
   a.prof.add_to(f);
-  f.parse(argc, argv);
-  a.check(f);
-  a.prec.check(f);
-  a.prof.check(f);
+  a.parse(f, argc, argv);
   if (a.test) {  // the ctest smoke run: a few small events, two epochs
     a.train_events = std::min<int64_t>(a.train_events, 48);
     a.test_events = std::min<int64_t>(a.test_events, 8);
@@ -202,18 +198,12 @@ struct Confusion {
   double purity() const { return tp + fp ? 100.0 * double(tp) / double(tp + fp) : 0; }
 };
 
-struct EpochReport {
-  int64_t epoch;
-  double train_time, train_loss, test_loss, efficiency, purity, graphs_per_s;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  try {
-    if (args.threads > 0) set_num_threads(args.threads);
-    manual_seed(args.seed);
+  return run_guarded("gnn_tracking", [&]() -> int {
+    const Device cpu = start_run(args, /*data_parallel=*/false).device;
     gnn_tracking::DetectorConfig det;
     det.layers = args.layers;
     det.particles = args.particles;
@@ -256,78 +246,40 @@ int main(int argc, char** argv) {
     optim::Adam opt(model->parameters(), {.lr = args.lr});
     const int64_t steps_per_epoch = train_loader.size();
     optim::CosineAnnealingLR sched(opt, steps_per_epoch * args.epochs, args.lr * 0.05);
-    const Device cpu = Device::cpu();
     std::printf("precision %s, loss scaling %s\n", args.prec.precision(cpu).c_str(),
                 args.prec.scaler_options(cpu).enabled ? "on" : "off");
     amp::GradScaler scaler(args.prec.scaler_options(cpu));  // on for f16 only
-    ScaleLog scale_log;
     CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "gnn_tracking"}},
                         args.batch_size);
     const train::ResumePosition start = ckpt.resume(args.resume);
-    int64_t step = start.step;
-    train::MetricsWriter metrics(metrics_options(args.metrics, args.tensorboard, args.resume));
+    MetricsLog metrics(args);
     train::Progress progress({.total_steps = steps_per_epoch, .label = "  train"});
     train::Chronometer chrono;
-    std::vector<EpochReport> reports;
+    std::vector<nlohmann::json> epochs;
+    std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     bool preempted = false;
     StepProfiler profiler(args.prof, /*main_process=*/true);
+    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, cpu, start.step,
+                         &progress, &metrics);
 
     for (int64_t epoch = start.epoch; epoch < args.epochs && !preempted; ++epoch) {
-      model->train();
-      const int64_t first_batch = ckpt.begin_epoch(train_loader, epoch);
-      double loss_sum = 0;
-      int64_t graphs = 0, nb = 0;
-      auto t_epoch = Clock::now();
-      progress.begin(epoch + 1);
-      chrono.begin_step();
-      profiler.begin_step();
+      train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
       for (const data::Batch& b : train_loader) {
         const data::GraphBatch g = data::GraphBatch::from(b);
-        chrono.lap(train::Phase::Data);
-        Tensor loss;
-        {
-          const train::ProfileRange range("forward");
-          const amp::autocast ac = args.prec.region(cpu);
-          const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
-          loss = binary_cross_entropy_with_logits(logits, g.y);
-        }
-        chrono.lap(train::Phase::Forward);
-        {
-          const train::ProfileRange range("backward");
-          opt.zero_grad();
-          scaler.scale(loss).backward();
-        }
-        chrono.lap(train::Phase::Backward);
-        double l = 0;
-        {
-          const train::ProfileRange range("optimizer");
-          scaler.step(opt);
-          scaler.update();
-          sched.step();
-          scale_log(scaler, step);
-          l = loss.item<double>();
-        }
-        chrono.lap(train::Phase::Optimizer);
-        chrono.end_step(g.num_graphs);
-        profiler.end_step();
-        loss_sum += l;
-        graphs += g.num_graphs;
-        ++nb;
-        ++step;
-        const double lr = sched.get_last_lr()[0];
-        progress.update(first_batch + nb, l, lr, g.num_graphs);
-        metrics.add_scalars({{"train/loss", l}, {"train/lr", lr}}, step);
-        if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
+        train_step.data_ready();
+        train_step.run(g.num_graphs, [&] {
+          return binary_cross_entropy_with_logits((*model)(g.x, g.edge_index, g.edge_attr), g.y);
+        });
+        if (ckpt.stop_for_requeue(epoch, train_step.step(), train_loader, train_step.batches())) {
           preempted = true;
           break;
         }
-        chrono.begin_step();
-        profiler.begin_step();
+        train_step.begin();
       }
-      progress.end();
-      profiler.finish();  // a window cut short by the end of the epoch or a preemption
+      const EpochTally train = train_step.end_epoch();
       if (preempted) break;
-      const double train_time = seconds(t_epoch, Clock::now());
+      const int64_t step = train_step.step();
+      const double train_time = train.seconds;
 
       model->eval();
       Confusion c;
@@ -344,26 +296,29 @@ int main(int argc, char** argv) {
           c.add(logits, g.y);
         }
       }
-      const EpochReport r{epoch + 1,
-                          train_time,
-                          nb ? loss_sum / static_cast<double>(nb) : 0.0,
-                          test_loss / static_cast<double>(test_edges),
-                          c.efficiency(),
-                          c.purity(),
-                          static_cast<double>(graphs) / train_time};
-      reports.push_back(r);
-      metrics.add_scalars({{"test/loss", r.test_loss},
-                           {"test/efficiency", r.efficiency},
-                           {"test/purity", r.purity},
-                           {"train/epoch_loss", r.train_loss},
-                           {"train/graphs_per_s", r.graphs_per_s}},
-                          step);
+      const double train_loss = train.mean_loss();
+      const double mean_test_loss = test_loss / static_cast<double>(test_edges);
+      const double graphs_per_s = train.throughput();
+      epochs.push_back({{"epoch", epoch + 1},
+                        {"time_s", train_time},
+                        {"train_loss", train_loss},
+                        {"test_loss", mean_test_loss},
+                        {"efficiency", c.efficiency()},
+                        {"purity", c.purity()},
+                        {"graphs_per_s", graphs_per_s}});
+      final_figures = {{"test/efficiency", c.efficiency()}, {"test/purity", c.purity()}};
+      metrics.epoch({{"test/loss", mean_test_loss},
+                     {"test/efficiency", c.efficiency()},
+                     {"test/purity", c.purity()},
+                     {"train/epoch_loss", train_loss},
+                     {"train/graphs_per_s", graphs_per_s}},
+                    step);
       ckpt.save(epoch + 1, step);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  "
           "efficiency %.2f%%  purity %.2f%%  throughput %.1f graphs/s\n",
-          static_cast<long long>(r.epoch), static_cast<long long>(args.epochs), r.train_time,
-          r.train_loss, r.test_loss, r.efficiency, r.purity, r.graphs_per_s);
+          static_cast<long long>(epoch + 1), static_cast<long long>(args.epochs), train_time,
+          train_loss, mean_test_loss, c.efficiency(), c.purity(), graphs_per_s);
       std::fflush(stdout);
     }
     if (preempted) return train::kExitRequeue;
@@ -374,49 +329,28 @@ int main(int argc, char** argv) {
                           .c_str());
     const train::ChronometerSummary cs = chrono.summary();
     auto median = [&](train::Phase p) { return 1e3 * cs.phases[static_cast<int>(p)].median; };
-    if (!reports.empty())
-      metrics.add_hparams(
-          {{"lr", args.lr},
-           {"batch_size", static_cast<double>(args.batch_size)},
-           {"hidden", static_cast<double>(args.hidden)},
-           {"iterations", static_cast<double>(args.iterations)},
-           {"particles", static_cast<double>(args.particles)}},
-          {{"test/efficiency", reports.back().efficiency}, {"test/purity", reports.back().purity}});
-    metrics.flush();
-    for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
+    metrics.finish({{"lr", args.lr},
+                    {"batch_size", static_cast<double>(args.batch_size)},
+                    {"hidden", static_cast<double>(args.hidden)},
+                    {"iterations", static_cast<double>(args.iterations)},
+                    {"particles", static_cast<double>(args.particles)},
+                    {"precision", args.prec.precision(cpu)}},
+                   final_figures);
 
-    if (!args.json.empty()) {
-      nlohmann::json epochs = nlohmann::json::array();
-      for (const EpochReport& r : reports)
-        epochs.push_back({{"epoch", r.epoch},
-                          {"time_s", r.train_time},
-                          {"train_loss", r.train_loss},
-                          {"test_loss", r.test_loss},
-                          {"efficiency", r.efficiency},
-                          {"purity", r.purity},
-                          {"graphs_per_s", r.graphs_per_s}});
-      cli::write_json_report(args.json, {{"framework", "dltrain"},
-                                         {"example", "gnn_tracking"},
-                                         {"precision", args.prec.precision(cpu)},
-                                         {"loss_scaling", scaler.is_enabled()},
-                                         {"threads", get_num_threads()},
-                                         {"batch_size", args.batch_size},
-                                         {"hidden", args.hidden},
-                                         {"iterations", args.iterations},
-                                         {"train_events", args.train_events},
-                                         {"edges_per_event", static_cast<double>(st.edges) / n},
-                                         {"steps", cs.measured_steps},
-                                         {"step_ms",
-                                          {{"data", median(train::Phase::Data)},
-                                           {"forward", median(train::Phase::Forward)},
-                                           {"backward", median(train::Phase::Backward)},
-                                           {"optimizer", median(train::Phase::Optimizer)}}},
-                                         {"epochs", epochs}});
-      std::printf("wrote %s\n", args.json.c_str());
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "gnn_tracking: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    nlohmann::json report = report_header(args, cpu, scaler);
+    report.update({{"example", "gnn_tracking"},
+                   {"hidden", args.hidden},
+                   {"iterations", args.iterations},
+                   {"train_events", args.train_events},
+                   {"edges_per_event", static_cast<double>(st.edges) / n},
+                   {"steps", cs.measured_steps},
+                   {"step_ms",
+                    {{"data", median(train::Phase::Data)},
+                     {"forward", median(train::Phase::Forward)},
+                     {"backward", median(train::Phase::Backward)},
+                     {"optimizer", median(train::Phase::Optimizer)}}},
+                   {"epochs", epochs}});
+    write_report(args, report);
+    return 0;
+  });
 }

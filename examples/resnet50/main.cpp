@@ -16,7 +16,13 @@
 //            [--pin-memory] [--non-blocking] [--prefetch-factor 2] [--no-drop-last]
 //            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
 //            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
+//            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
+//
+// The loop is the examples' common one (examples/common/training.hpp): train::Chronometer
+// (device-synchronised marks on a GPU), train::Progress lines, --metrics / --tensorboard through
+// train::MetricsWriter (every step's loss and learning rate, each epoch's validation figures,
+// the hyper-parameters at the end; rank 0 writes, a resumed run appends).
 //
 // With --checkpoint, the state is saved at each epoch end (and every N steps with
 // --checkpoint-every), and SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel)
@@ -41,8 +47,11 @@
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
+#include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/preemption.hpp"
+#include "dltrain/train/progress.hpp"
 #include "examples/common/example_util.hpp"
+#include "examples/common/training.hpp"
 
 using namespace dltrain;
 using namespace dltrain::examples;
@@ -57,8 +66,6 @@ struct Args : CommonFlags {
   double mom = 0.9;
   double label_smoothing = 0.1;
   bool drop_last = true;
-  PrecisionFlags prec;
-  ProfileFlags prof;
   int64_t checkpoint_every = 0;
 };
 
@@ -88,36 +95,24 @@ Args parse(int argc, char** argv) {
   a.add_checkpoint(f);
   f.add("--checkpoint-every", &a.checkpoint_every, "also save every N steps (0: epoch ends only)")
       .min(0);
-  a.add_report(f, /*with_metrics=*/false);
+  a.add_report(f);
   a.prof.add_to(f);
-  f.parse(argc, argv);
-  a.check(f);
-  a.prec.check(f);
-  a.prof.check(f);
+  a.parse(f, argc, argv);
   return a;
 }
-
-struct EpochReport {
-  int64_t epoch;
-  double train_time, throughput, train_loss, val_time, val_acc;
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  try {
-    if (args.threads > 0) set_num_threads(args.threads);
-    manual_seed(args.seed);
-    Device device = args.parsed_device();
+  return run_guarded("resnet50", [&]() -> int {
     // A world of one without a launcher; under mpirun/srun, one rank per GPU (cuda:local_rank),
     // each with its share of the images and --batch-size images per step.
-    distributed::ProcessGroup& world = distributed::init({.use_gpu = device.is_cuda()});
-    const int ranks = world.size();
-    if (device.is_cuda() && args.device == "cuda") device = distributed::device();
-    if (!distributed::is_main_process()) (void)std::freopen("/dev/null", "w", stdout);
-    const bool gpu = device.is_cuda();
-    if (gpu) cuda::set_device(device.index);
+    const char* backend = "";
+    const Run run = start_run(args, /*data_parallel=*/true, &backend);
+    const Device device = run.device;
+    const int ranks = run.ranks;
+    const bool gpu = run.gpu();
     auto mark = [gpu] {
       if (gpu) cuda::synchronize();
       return Clock::now();
@@ -136,20 +131,10 @@ int main(int argc, char** argv) {
       val_opts.transform = data::ImagePipeline::eval(args.image_size * 256 / 224, args.image_size);
       val_set = std::make_shared<data::ImageFolder>((root / "val").string(), val_opts);
     }
-    data::DataLoaderOptions lo;
-    lo.batch_size = args.batch_size;
-    lo.shuffle = true;
-    lo.drop_last = args.drop_last;
-    lo.seed = args.seed;
-    lo.num_workers = args.num_workers;
-    lo.prefetch_factor = args.prefetch_factor;
-    lo.pin_memory = args.pin_memory;
-    lo.persistent_workers = args.persistent_workers;
-    // One epoch order over all ranks (the seed's), also for one process: a checkpoint then
-    // resumes on any number of ranks where it stopped.
-    lo.shuffle = false;  // the DistributedSampler shuffles
+    // Each rank its share of the images, one epoch order over all ranks (the seed's).
+    const data::DataLoaderOptions lo = args.loader_options(args.drop_last);
     auto train_sampler = std::make_shared<data::DistributedSampler>(
-        train_set->size(), world.rank(), ranks, true, args.seed, args.drop_last);
+        train_set->size(), run.rank, ranks, true, args.seed, args.drop_last);
     data::DataLoader train_loader(train_set, train_sampler, lo);
     std::shared_ptr<data::DataLoader> val_loader;
     if (val_set) {
@@ -159,14 +144,14 @@ int main(int argc, char** argv) {
       val_loader = ranks > 1 ? std::make_shared<data::DataLoader>(
                                    val_set,
                                    std::make_shared<data::DistributedSampler>(
-                                       val_set->size(), world.rank(), ranks, false),
+                                       val_set->size(), run.rank, ranks, false),
                                    vo)
                              : std::make_shared<data::DataLoader>(val_set, vo);
     }
     if (ranks > 1)
       std::printf(
           "data parallel: %d ranks (%s), %lld images per rank and step, global batch %lld\n", ranks,
-          world.backend(), static_cast<long long>(args.batch_size),
+          backend, static_cast<long long>(args.batch_size),
           static_cast<long long>(args.batch_size * ranks));
     std::printf(
         "%s: %lld training images in %zu classes, %s validation images; batch %lld, "
@@ -210,60 +195,30 @@ int main(int argc, char** argv) {
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
     amp::GradScaler scaler(args.prec.scaler_options(device));
     distributed::DistributedDataParallel ddp(model);
-    ScaleLog scale_log;
 
-    std::vector<double> t_data, t_fwd, t_bwd;
-    std::vector<EpochReport> reports;
+    std::vector<nlohmann::json> epochs;
+    std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     CheckpointFile ckpt(
         args.checkpoint, *model, opt, sched, scaler,
         {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}},
         args.batch_size * ranks, args.lr_scaling());
     const train::ResumePosition start = ckpt.resume(args.resume);
-    int64_t step = start.step;
     bool preempted = false;
-    // --profile: a few training steps after warm-up, rank 0 only.
+    // The course's chronometer: on a GPU its marks wait for the device, so each phase is charged
+    // the GPU work it queued. --profile: a few training steps after warm-up, rank 0 only.
+    train::Chronometer chrono({.device = device});
     StepProfiler profiler(args.prof, distributed::is_main_process());
-    bool done = args.test && step >= args.test_nsteps;
+    MetricsLog metrics(args);
+    train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/1));
+    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, device, start.step,
+                         &progress, &metrics);
+    bool done = args.test && start.step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
-      model->train();
-      ckpt.begin_epoch(train_loader, epoch);
-      // Summed on the device: reading a loss synchronises, so only printed steps read theirs.
-      Tensor loss_sum = zeros({}, TensorOptions(DType::f32).with_device(device));
-      int64_t seen = 0, nb = 0;
-      const auto t_epoch = mark();
-      auto t0 = t_epoch;
+      train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
       for_each_batch(train_loader, [&](const Tensor& x, const Tensor& y) {
-        profiler.begin_step();
-        const auto t1 = mark();
-        Tensor loss;
-        {
-          const amp::autocast ac = args.prec.region(device);
-          loss = criterion(ddp(x), y);
-        }
-        const auto t2 = mark();
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        sched.step();
-        scale_log(scaler, step);
-        const auto t3 = mark();
-        t_data.push_back(seconds(t0, t1));
-        t_fwd.push_back(seconds(t1, t2));
-        t_bwd.push_back(seconds(t2, t3));
-        profiler.end_step();
-        seen += x.size(0);
-        ++nb;
-        ++step;
-        const bool report = nb % std::max<int64_t>(1, steps_per_epoch / 10) == 0 || args.test;
-        loss_sum = add(loss_sum, loss.detach());
-        if (report) {
-          const double l = loss.item<double>();
-          std::printf("  epoch %lld step %lld/%lld loss %.4f lr %.4f\n",
-                      static_cast<long long>(epoch + 1), static_cast<long long>(nb),
-                      static_cast<long long>(steps_per_epoch), l, sched.get_last_lr()[0]);
-          std::fflush(stdout);
-        }
+        train_step.data_ready();
+        train_step.run(x.size(0), [&] { return criterion(ddp(x), y); });
+        const int64_t step = train_step.step(), nb = train_step.batches();
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
         if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
           preempted = done = true;
@@ -276,18 +231,15 @@ int main(int argc, char** argv) {
         }
         if (args.checkpoint_every > 0 && step % args.checkpoint_every == 0)
           ckpt.save(epoch, step, train_loader, nb);
-        t0 = mark();
+        train_step.begin();
         return true;
       });
-      profiler.finish();  // a window cut short by the end of the epoch or the run
+      EpochTally train = train_step.end_epoch();
       if (preempted) break;
-      double train_time = seconds(t_epoch, mark());
-      double train_loss = nb ? loss_sum.item<double>() / static_cast<double>(nb) : 0.0;
-      if (ranks > 1) {  // global figures: summed images, mean loss, the slowest rank's time
-        train_time = distributed::all_reduce_value(train_time, distributed::ReduceOp::Max);
-        train_loss = distributed::all_reduce_value(train_loss) / ranks;
-        seen = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(seen)));
-      }
+      train.all_reduce();  // global figures: over the ranks
+      const int64_t step = train_step.step();
+      const double train_time = train.seconds, train_loss = train.mean_loss(),
+                   throughput = train.throughput();
 
       double val_acc = -1, val_time = 0;
       if (val_loader) {
@@ -311,59 +263,57 @@ int main(int argc, char** argv) {
         val_time = seconds(v0, mark());
         val_acc = 100.0 * static_cast<double>(correct) / static_cast<double>(total);
       }
-      const EpochReport r{epoch + 1,  train_time, static_cast<double>(seen) / train_time,
-                          train_loss, val_time,   val_acc};
-      reports.push_back(r);
+      epochs.push_back({{"epoch", epoch + 1},
+                        {"train_s", train_time},
+                        {"img_per_s", throughput},
+                        {"train_loss", train_loss},
+                        {"val_s", val_time},
+                        {"val_acc", val_acc}});
+      std::map<std::string, double> figures = {{"train/epoch_loss", train_loss},
+                                               {"train/img_per_s", throughput}};
+      if (val_loader) {
+        figures["val/acc"] = val_acc;
+        final_figures = {{"val/acc", val_acc}};
+      }
+      metrics.epoch(figures, step);
       if (!done) ckpt.save(epoch + 1, step);
       std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
-                  static_cast<long long>(r.epoch), static_cast<long long>(args.epochs),
-                  r.train_time, r.throughput, r.train_loss);
+                  static_cast<long long>(epoch + 1), static_cast<long long>(args.epochs),
+                  train_time, throughput, train_loss);
       if (val_loader)
-        std::printf("  val %.1f s  val acc %.2f%%\n", r.val_time, r.val_acc);
+        std::printf("  val %.1f s  val acc %.2f%%\n", val_time, val_acc);
       else
         std::printf("  (no val/ folder)\n");
       std::fflush(stdout);
     }
 
     if (preempted) return train::kExitRequeue;
-    const Stats sd = stats(t_data), sf = stats(t_fwd), sb = stats(t_bwd);
-    print_chronometer("data loading (+ copy and normalise)", t_data, t_fwd, t_bwd,
-                      args.prec.describe(device));
+    std::printf("%s", chrono.table(args.prec.describe(device)).c_str());
     if (gpu)
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));
+    metrics.finish({{"lr", args.lr},
+                    {"batch_size", static_cast<double>(args.batch_size)},
+                    {"epochs", static_cast<double>(args.epochs)},
+                    {"weight_decay", args.wd},
+                    {"momentum", args.mom},
+                    {"label_smoothing", args.label_smoothing},
+                    {"image_size", static_cast<double>(args.image_size)},
+                    {"ranks", static_cast<double>(ranks)},
+                    {"arch", args.arch},
+                    {"precision", args.prec.precision(device)},
+                    {"layout", std::string(args.prec.layout())}},
+                   final_figures);
 
-    if (!args.json.empty() && distributed::is_main_process()) {
-      nlohmann::json epochs = nlohmann::json::array();
-      for (const EpochReport& r : reports)
-        epochs.push_back({{"epoch", r.epoch},
-                          {"train_s", r.train_time},
-                          {"img_per_s", r.throughput},
-                          {"train_loss", r.train_loss},
-                          {"val_s", r.val_time},
-                          {"val_acc", r.val_acc}});
-      cli::write_json_report(
-          args.json, {{"framework", "dltrain"},
-                      {"arch", args.arch},
-                      {"device", device.str()},
-                      {"precision", args.prec.precision(device)},
-                      {"layout", args.prec.layout()},
-                      {"loss_scaling", scaler.is_enabled()},
-                      {"batch_size", args.batch_size},
-                      {"image_size", args.image_size},
-                      {"steps", t_fwd.size()},
-                      {"step_ms",
-                       {{"data", 1e3 * sd.median},
-                        {"forward", 1e3 * sf.median},
-                        {"backward", 1e3 * sb.median}}},
-                      {"max_memory_allocated", gpu ? cuda::max_memory_allocated(device.index) : 0},
-                      {"epochs", epochs}});
-      std::printf("wrote %s\n", args.json.c_str());
-    }
-  } catch (const Error& e) {
-    if (distributed::world_size() > 1) distributed::abort(std::string("resnet50: ") + e.what());
-    std::fprintf(stderr, "resnet50: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    nlohmann::json report = report_header(args, device, scaler);
+    report.update({{"arch", args.arch},
+                   {"ranks", ranks},
+                   {"image_size", args.image_size},
+                   {"steps", chrono.summary().measured_steps},
+                   {"step_ms", step_ms(chrono)},
+                   {"max_memory_allocated", gpu ? cuda::max_memory_allocated(device.index) : 0},
+                   {"epochs", epochs}});
+    write_report(args, report);
+    return 0;
+  });
 }

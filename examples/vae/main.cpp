@@ -42,6 +42,7 @@
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/progress.hpp"
 #include "examples/common/example_util.hpp"
+#include "examples/common/training.hpp"
 
 using namespace dltrain;
 using namespace dltrain::examples;
@@ -53,8 +54,6 @@ struct Args : CommonFlags {
   std::string out = "vae_out";
   bool bench = false;
   int64_t bench_steps = 50;
-  PrecisionFlags prec;
-  ProfileFlags prof;
 };
 
 Args parse(int argc, char** argv) {
@@ -81,10 +80,7 @@ Args parse(int argc, char** argv) {
   f.add_switch("--bench", &a.bench, "only time training steps on one fixed batch");
   f.add("--bench-steps", &a.bench_steps, "steps timed by --bench").positive();
   a.prof.add_to(f);
-  f.parse(argc, argv);
-  a.check(f);
-  a.prec.check(f);
-  a.prof.check(f);
+  a.parse(f, argc, argv);
   return a;
 }
 
@@ -221,16 +217,8 @@ bool write_png(const std::string& path, const Tensor& chw) {
   return true;
 }
 
-struct EpochReport {
-  int64_t epoch;
-  double time_s, train_loss, img_per_s;
-  TestResult test;
-};
-
-// One training step's forward and loss (under autocast with --amp): the mean negative ELBO.
-Tensor train_loss(VAE& model, const Tensor& x, const PrecisionFlags& prec) {
-  const train::ProfileRange range("forward");
-  const amp::autocast ac = prec.region(x.device());
+// One training step's loss: the mean negative ELBO (TrainStep runs it under autocast).
+Tensor train_loss(VAE& model, const Tensor& x) {
   auto [r, mu, logvar] = model(x);
   const LossTerms l = vae_loss(r, x, mu, logvar);
   return mul(add(l.recon, l.kl), 1.0 / static_cast<double>(x.size(0)));
@@ -243,26 +231,10 @@ train::ChronometerSummary bench(VAE& model, optim::Optimizer& opt, amp::GradScal
                                 StepProfiler& profiler) {
   model.train();
   train::Chronometer chrono({.device = x.device(), .warmup_steps = 5});
+  TrainStep train_step(chrono, profiler, opt, scaler, nullptr, prec, x.device());
   for (int64_t i = 0; i < steps + 5; ++i) {
-    chrono.begin_step();
-    profiler.begin_step();
-    const Tensor loss = train_loss(model, x, prec);
-    chrono.lap(train::Phase::Forward);
-    {
-      const train::ProfileRange range("backward");
-      opt.zero_grad();
-      scaler.scale(loss).backward();
-    }
-    chrono.lap(train::Phase::Backward);
-    {
-      const train::ProfileRange range("optimizer");
-      scaler.step(opt);
-      scaler.update();
-      (void)loss.item<double>();
-    }
-    chrono.lap(train::Phase::Optimizer);
-    chrono.end_step(x.size(0));
-    profiler.end_step();
+    train_step.begin();
+    train_step.run(x.size(0), [&] { return train_loss(model, x); });
   }
   profiler.finish();
   std::printf("%s", chrono
@@ -276,7 +248,7 @@ train::ChronometerSummary bench(VAE& model, optim::Optimizer& opt, amp::GradScal
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  try {
+  return run_guarded("vae", [&]() -> int {
     if (args.threads > 0) set_num_threads(args.threads);
     manual_seed(args.seed);
     const Device device = args.parsed_device();
@@ -301,6 +273,9 @@ int main(int argc, char** argv) {
     // f16 (--amp on a GPU, or --amp-dtype f16) scales the loss; bf16 and f32 need no scaling.
     amp::GradScaler scaler(args.prec.scaler_options(device));
     StepProfiler profiler(args.prof, /*main_process=*/true);
+    nlohmann::json report = report_header(args, device, scaler);
+    report["example"] = "vae";
+    report["latent"] = args.latent;
 
     if (args.bench) {
       const Tensor x = train_set->data().narrow(0, 0, args.batch_size).to(device).contiguous(fmt);
@@ -309,22 +284,11 @@ int main(int argc, char** argv) {
       std::printf("bench: median step %.2f ms, %.0f img/s (batch %lld, %d threads)\n",
                   1e3 * s.step.median, static_cast<double>(args.batch_size) / s.step.median,
                   static_cast<long long>(args.batch_size), get_num_threads());
-      if (!args.json.empty()) {
-        cli::write_json_report(
-            args.json, {{"framework", "dltrain"},
-                        {"mode", "bench"},
-                        {"device", device.str()},
-                        {"precision", args.prec.precision(device)},
-                        {"layout", args.prec.layout()},
-                        {"loss_scaling", scaler.is_enabled()},
-                        {"threads", get_num_threads()},
-                        {"batch_size", args.batch_size},
-                        {"latent", args.latent},
-                        {"steps", s.measured_steps},
-                        {"step_ms_median", 1e3 * s.step.median},
-                        {"img_per_s", static_cast<double>(args.batch_size) / s.step.median}});
-        std::printf("wrote %s\n", args.json.c_str());
-      }
+      report.update({{"mode", "bench"},
+                     {"steps", s.measured_steps},
+                     {"step_ms_median", 1e3 * s.step.median},
+                     {"img_per_s", static_cast<double>(args.batch_size) / s.step.median}});
+      write_report(args, report);
       return 0;
     }
 
@@ -341,88 +305,59 @@ int main(int argc, char** argv) {
     // A constant learning rate; the scheduler and the scaler are what a checkpoint holds beside
     // the model and Adam's moments.
     optim::LambdaLR sched(opt, [](int64_t) { return 1.0; });
-    ScaleLog scale_log;
     CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "vae"}},
                         args.batch_size);
     const train::ResumePosition start = ckpt.resume(args.resume);
-    int64_t step = start.step;
-
-    train::MetricsWriter metrics(metrics_options(args.metrics, args.tensorboard, args.resume));
+    MetricsLog metrics(args);
     const int64_t steps_per_epoch = train_loader.size();
-    train::Progress progress(
-        {.total_steps = args.test ? std::min(args.test_nsteps, steps_per_epoch) : steps_per_epoch,
-         .every = args.test ? 10 : 0,
-         .label = "  train"});
+    train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/10));
     train::Chronometer chrono({.device = device});
-    std::vector<EpochReport> reports;
+    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, device, start.step,
+                         &progress, &metrics);
+    std::vector<nlohmann::json> epochs;
+    std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     const uint64_t eval_seed = args.seed + 1;
-    bool done = args.test && step >= args.test_nsteps;
+    bool done = args.test && start.step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
-      model->train();
-      const int64_t first_batch = ckpt.begin_epoch(train_loader, epoch);
-      double loss_sum = 0;
-      int64_t seen = 0, nb = 0;
-      auto t_epoch = Clock::now();
-      progress.begin(epoch + 1);
-      chrono.begin_step();
-      profiler.begin_step();
+      train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
       for (const data::Batch& hb : train_loader) {
         const Tensor x = hb.data.to(device).contiguous(fmt);
-        chrono.lap(train::Phase::Data);
-        const Tensor loss = train_loss(*model, x, args.prec);
-        chrono.lap(train::Phase::Forward);
-        {
-          const train::ProfileRange range("backward");
-          opt.zero_grad();
-          scaler.scale(loss).backward();
-        }
-        chrono.lap(train::Phase::Backward);
-        double lv = 0;
-        {
-          const train::ProfileRange range("optimizer");
-          scaler.step(opt);
-          scaler.update();
-          sched.step();
-          scale_log(scaler, step);
-          lv = loss.item<double>();
-        }
-        chrono.lap(train::Phase::Optimizer);
-        chrono.end_step(hb.size());
-        profiler.end_step();
-        loss_sum += lv;
-        seen += hb.size();
-        ++nb;
-        ++step;
-        progress.update(first_batch + nb, lv, args.lr, hb.size());
-        metrics.add_scalars({{"train/loss", lv}}, step);
+        train_step.data_ready();
+        train_step.run(hb.size(), [&] { return train_loss(*model, x); });
+        const int64_t step = train_step.step(), nb = train_step.batches();
         if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) return train::kExitRequeue;
         if (args.test && step >= args.test_nsteps) {
           done = true;
           ckpt.save(epoch, step, train_loader, nb);
           break;
         }
-        chrono.begin_step();
-        profiler.begin_step();
+        train_step.begin();
       }
-      progress.end();
-      profiler.finish();  // a window cut short by the end of the epoch or the run
-      const double time_s = seconds(t_epoch, Clock::now());
+      const EpochTally train = train_step.end_epoch();
+      const int64_t step = train_step.step();
+      const double time_s = train.seconds;
       const TestResult t = evaluate(*model, test_loader, device, eval_seed, args.prec);
-      EpochReport r{epoch + 1, time_s, loss_sum / static_cast<double>(std::max<int64_t>(nb, 1)),
-                    static_cast<double>(seen) / time_s, t};
-      reports.push_back(r);
-      metrics.add_scalars({{"test/loss", t.loss},
-                           {"test/recon", t.recon},
-                           {"test/kl", t.kl},
-                           {"train/epoch_loss", r.train_loss},
-                           {"train/img_per_s", r.img_per_s}},
-                          step);
+      const double train_loss_mean = train.mean_loss(), img_per_s = train.throughput();
+      epochs.push_back({{"epoch", epoch + 1},
+                        {"time_s", time_s},
+                        {"train_loss", train_loss_mean},
+                        {"test_loss", t.loss},
+                        {"test_recon", t.recon},
+                        {"test_kl", t.kl},
+                        {"img_per_s", img_per_s}});
+      final_figures = {{"test/loss", t.loss}, {"test/recon", t.recon}, {"test/kl", t.kl}};
+      metrics.epoch({{"test/loss", t.loss},
+                     {"test/recon", t.recon},
+                     {"test/kl", t.kl},
+                     {"train/epoch_loss", train_loss_mean},
+                     {"train/img_per_s", img_per_s}},
+                    step);
       if (!done) ckpt.save(epoch + 1, step);
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.2f  test loss %.2f (recon %.2f + KL %.2f) "
           " throughput %.0f img/s\n",
-          static_cast<long long>(r.epoch), static_cast<long long>(args.epochs), time_s,
-          r.train_loss, t.loss, t.recon, t.kl, r.img_per_s);
+          static_cast<long long>(epoch + 1), static_cast<long long>(args.epochs), time_s,
+          train_loss_mean, t.loss, t.recon, t.kl, img_per_s);
       std::fflush(stdout);
     }
     std::printf("%s", chrono.table("vae, " + args.prec.describe(device)).c_str());
@@ -459,43 +394,27 @@ int main(int argc, char** argv) {
     DLTRAIN_CHECK(after == before, "vae: the reloaded weights give test loss ", after,
                   " but the trained model ", before);
 
-    metrics.flush();
-    for (const std::string& path : metrics.paths()) std::printf("metrics: %s\n", path.c_str());
+    metrics.finish({{"lr", args.lr},
+                    {"batch_size", static_cast<double>(args.batch_size)},
+                    {"epochs", static_cast<double>(args.epochs)},
+                    {"latent", static_cast<double>(args.latent)},
+                    {"precision", args.prec.precision(device)},
+                    {"layout", std::string(args.prec.layout())}},
+                   final_figures);
 
-    if (!args.json.empty()) {
-      const train::ChronometerSummary cs = chrono.summary();
-      nlohmann::json epochs = nlohmann::json::array();
-      for (const EpochReport& r : reports)
-        epochs.push_back({{"epoch", r.epoch},
-                          {"time_s", r.time_s},
-                          {"train_loss", r.train_loss},
-                          {"test_loss", r.test.loss},
-                          {"test_recon", r.test.recon},
-                          {"test_kl", r.test.kl},
-                          {"img_per_s", r.img_per_s}});
-      cli::write_json_report(args.json, {{"framework", "dltrain"},
-                                         {"example", "vae"},
-                                         {"device", device.str()},
-                                         {"precision", args.prec.precision(device)},
-                                         {"layout", args.prec.layout()},
-                                         {"loss_scaling", scaler.is_enabled()},
-                                         {"threads", get_num_threads()},
-                                         {"config",
-                                          {{"batch_size", args.batch_size},
-                                           {"lr", args.lr},
-                                           {"latent", args.latent},
-                                           {"epochs", args.epochs},
-                                           {"seed", args.seed}}},
-                                         {"steps", cs.measured_steps},
-                                         {"step_ms_median", 1e3 * cs.step.median},
-                                         {"img_per_s", cs.samples_per_second},
-                                         {"reload_test_loss", after},
-                                         {"epochs", epochs}});
-      std::printf("wrote %s\n", args.json.c_str());
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "vae: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    const train::ChronometerSummary cs = chrono.summary();
+    report.update({{"config",
+                    {{"batch_size", args.batch_size},
+                     {"lr", args.lr},
+                     {"latent", args.latent},
+                     {"epochs", args.epochs},
+                     {"seed", args.seed}}},
+                   {"steps", cs.measured_steps},
+                   {"step_ms_median", 1e3 * cs.step.median},
+                   {"img_per_s", cs.samples_per_second},
+                   {"reload_test_loss", after},
+                   {"epochs", epochs}});
+    write_report(args, report);
+    return 0;
+  });
 }
