@@ -7,35 +7,17 @@
 // {"threads": N, "cases": {name: ms}} read by benchmarks/peers/pytorch_research_ops_cpu.py.
 //
 // Usage: research_ops_cpu [--threads N] [--iters N] [--json PATH]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
-#include "examples/common/cli.hpp"
+#include "examples/common/op_bench.hpp"
 
 using namespace dltrain;
 
 namespace {
-
-double median_ms(const std::function<void()>& f, int iters) {
-  f();
-  f();
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 Tensor leaf(const Shape& s, bool cl) {
   Tensor t = randn(s);
@@ -47,52 +29,38 @@ Tensor leaf(const Shape& s, bool cl) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, iters = 20;
-  std::string json;
-  cli::Flags flags("research_ops_cpu",
-                   "The research-model layers (ConvTranspose2d, interpolate, pad, GroupNorm, SiLU, "
-                   "VAE losses), forward + backward, median ms per case; compare with "
-                   "benchmarks/peers/pytorch_research_ops_cpu.py.");
-  flags.group(cli::group::kBenchmark);
-  flags.add("--threads", &threads, "CPU threads").positive();
-  flags.add("--iters", &iters, "timed iterations per case (the median is reported)").positive();
-  flags.add("--json", &json, "write the figures here").value_name("FILE.json");
-  flags.parse(argc, argv);
-  set_num_threads(threads);
-  manual_seed(0);
-  std::vector<std::pair<std::string, double>> results;
-  auto run = [&](const std::string& name, const std::function<void()>& f) {
-    const double ms = median_ms(f, iters);
-    std::printf("%-44s %9.3f ms\n", name.c_str(), ms);
-    std::fflush(stdout);
-    results.emplace_back(name, ms);
-  };
+  examples::OpBench bench(
+      "research_ops_cpu",
+      "The research-model layers (ConvTranspose2d, interpolate, pad, GroupNorm, SiLU, "
+      "VAE losses), forward + backward, median ms per case; compare with "
+      "benchmarks/peers/pytorch_research_ops_cpu.py.");
+  bench.parse(argc, argv);
   for (bool cl : {false, true}) {
     const std::string fmt = cl ? " CL" : " NCHW";
     {  // VAE decoder: 64x7x7 -> 32x14x14 -> 1x28x28, batch 64
       nn::ConvTranspose2d a(64, 32, 4, {.stride = 2, .padding = 1}),
           b(32, 1, 4, {.stride = 2, .padding = 1});
       Tensor x = leaf({64, 64, 7, 7}, cl);
-      run("convT decoder 64x7x7->1x28x28 b64" + fmt,
-          [&] { sum(b.forward(relu(a.forward(x)))).backward(); });
+      bench.run("convT decoder 64x7x7->1x28x28 b64" + fmt,
+                [&] { sum(b.forward(relu(a.forward(x)))).backward(); });
     }
     {  // U-Net up-conv 2x2/2, 128 -> 64 channels, 32x32 -> 64x64, batch 8
       nn::ConvTranspose2d up(128, 64, 2, {.stride = 2});
       Tensor x = leaf({8, 128, 32, 32}, cl);
-      run("convT 2x2/2 128->64 32x32 b8" + fmt, [&] { sum(up.forward(x)).backward(); });
+      bench.run("convT 2x2/2 128->64 32x32 b8" + fmt, [&] { sum(up.forward(x)).backward(); });
     }
     Tensor u = leaf({8, 64, 32, 32}, cl);
-    run("bilinear x2 64x32x32 b8" + fmt, [&] {
+    bench.run("bilinear x2 64x32x32 b8" + fmt, [&] {
       sum(interpolate(u, {.scale_factor = 2.0, .mode = InterpolateMode::Bilinear})).backward();
     });
-    run("nearest x2 64x32x32 b8" + fmt,
-        [&] { sum(interpolate(u, {.scale_factor = 2.0})).backward(); });
-    run("reflect pad 1 64x32x32 b8" + fmt, [&] {
+    bench.run("nearest x2 64x32x32 b8" + fmt,
+              [&] { sum(interpolate(u, {.scale_factor = 2.0})).backward(); });
+    bench.run("reflect pad 1 64x32x32 b8" + fmt, [&] {
       sum(pad(u, {1, 1, 1, 1}, PadMode::Reflect)).backward();
     });
     nn::GroupNorm gn(8, 64);
-    run("GroupNorm(8, 64) 64x32x32 b8" + fmt, [&] { sum(gn.forward(u)).backward(); });
-    run("SiLU 64x32x32 b8" + fmt, [&] { sum(silu(u)).backward(); });
+    bench.run("GroupNorm(8, 64) 64x32x32 b8" + fmt, [&] { sum(gn.forward(u)).backward(); });
+    bench.run("SiLU 64x32x32 b8" + fmt, [&] { sum(silu(u)).backward(); });
   }
   for (double p : {0.0, 0.1}) {  // a Transformer encoder layer: batch 32, 128 tokens, d 256
     nn::TransformerEncoderLayer layer(256, 8,
@@ -100,21 +68,16 @@ int main(int argc, char** argv) {
     Tensor x = leaf({32, 128, 256}, false);
     char name[80];
     std::snprintf(name, sizeof name, "TransformerEncoderLayer d256 h8 b32 L128 p%.1f", p);
-    run(name, [&] { sum(layer.forward(x)).backward(); });
+    bench.run(name, [&] { sum(layer.forward(x)).backward(); });
   }
   {  // VAE losses on a batch of 64 Fashion-MNIST images and a 16-d latent
     Tensor logits = leaf({64, 1, 28, 28}, false), target = rand({64, 1, 28, 28});
     Tensor mu = leaf({64, 16}, false), logvar = leaf({64, 16}, false);
-    run("BCE(sigmoid) + KL, b64 28x28 z16", [&] {
+    bench.run("BCE(sigmoid) + KL, b64 28x28 z16", [&] {
       Tensor rec = binary_cross_entropy(sigmoid(logits), target, {}, Reduction::Sum);
       Tensor kl = mul(sum(sub(sub(add(logvar, 1.0), mul(mu, mu)), exp(logvar))), -0.5);
       add(rec, kl).backward();
     });
   }
-  if (!json.empty()) {
-    nlohmann::json cases = nlohmann::json::object();
-    for (const auto& [case_name, ms] : results) cases[case_name] = ms;
-    cli::write_json_report(json, {{"threads", threads}, {"cases", cases}});
-  }
-  return 0;
+  return bench.finish();
 }
