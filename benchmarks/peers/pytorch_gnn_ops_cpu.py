@@ -8,23 +8,8 @@ and the ratio dltrain / pytorch (lower is better for dltrain). Use a current tor
 
   .venv-peers/bin/python benchmarks/peers/pytorch_gnn_ops_cpu.py --threads 2 --compare dl.json
 """
-import argparse
-import json
-import statistics
-import time
-
 import torch
-
-
-def median_ms(f, iters):
-    f()
-    f()
-    t = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        f()
-        t.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(t)
+from peer_bench import OpBench
 
 
 def leaf(*shape):
@@ -45,19 +30,8 @@ def segment_softmax(src, ids, n):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--json")
-    ap.add_argument("--compare")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    res = {}
-
-    def run(name, f):
-        res[name] = median_ms(f, a.iters)
-        print("%-44s %9.3f ms" % (name, res[name]), flush=True)
+    bench = OpBench(__doc__.splitlines()[0])
+    run = bench.run
 
     N, E, F = 10000, 80000, 64
     dst = (torch.rand(E) * N).long()
@@ -77,16 +51,7 @@ def main():
     run("logsumexp 256x4096 dim -1", lambda: torch.logsumexp(c, -1).sum().backward())
     run("norm 2 256x4096 dim -1",
         lambda: torch.linalg.vector_norm(c, 2, -1).sum().backward())
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"threads": a.threads, "cases": res}, f)
-    if a.compare:
-        with open(a.compare) as f:
-            dl = json.load(f)["cases"]
-        print("\n%-44s %10s %10s %7s" % ("case", "dltrain", "pytorch", "ratio"))
-        for k, v in res.items():
-            if k in dl:
-                print("%-44s %10.3f %10.3f %7.2f" % (k, dl[k], v, dl[k] / v))
+    bench.finish()
 
 
 if __name__ == "__main__":

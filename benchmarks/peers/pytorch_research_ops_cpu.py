@@ -8,25 +8,10 @@ better for dltrain). Use a current torch (.venv-peers, scripts/setup.sh --peers)
   .venv-peers/bin/python benchmarks/peers/pytorch_research_ops_cpu.py --threads 2 \\
       --compare dl.json
 """
-import argparse
-import json
-import statistics
-import time
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-
-def median_ms(f, iters):
-    f()
-    f()
-    t = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        f()
-        t.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(t)
+from peer_bench import OpBench
 
 
 def leaf(shape, cl):
@@ -37,19 +22,8 @@ def leaf(shape, cl):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--json")
-    ap.add_argument("--compare")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    res = {}
-
-    def run(name, f):
-        res[name] = median_ms(f, a.iters)
-        print("%-44s %9.3f ms" % (name, res[name]), flush=True)
+    bench = OpBench(__doc__.splitlines()[0])
+    run = bench.run
 
     for cl in (False, True):
         fmt = " CL" if cl else " NCHW"
@@ -88,16 +62,7 @@ def main():
         (rec + kl).backward()
 
     run("BCE(sigmoid) + KL, b64 28x28 z16", vae_loss)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"threads": a.threads, "cases": res}, f)
-    if a.compare:
-        with open(a.compare) as f:
-            dl = json.load(f)["cases"]
-        print("\n%-44s %10s %10s %7s" % ("case", "dltrain", "pytorch", "ratio"))
-        for k, v in res.items():
-            if k in dl:
-                print("%-44s %10.3f %10.3f %7.2f" % (k, dl[k], v, dl[k] / v))
+    bench.finish()
 
 
 if __name__ == "__main__":
