@@ -36,11 +36,13 @@
 #include <cstring>
 #include <deque>
 #include <thread>
+#include <type_traits>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/half.hpp"
 #include "dltrain/ops/elementwise.hpp"
+#include "src/backend/cpu/half_convert.hpp"
 #include "src/distributed/internal.hpp"
 
 namespace dltrain::distributed {
@@ -63,6 +65,20 @@ template <class H, int K>
 void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
   const H* a = static_cast<const H*>(in);
   H* b = static_cast<H*>(inout);
+  if constexpr (std::is_same_v<H, Half> && K == 0) {
+    // f16 sums (DDP's f16 compression) through the bulk conversions (F16C where the CPU has
+    // it), in blocks on the stack: the same float additions and roundings as the loop below.
+    constexpr int kBlock = 512;
+    float fa[kBlock], fb[kBlock];
+    for (int i0 = 0; i0 < *len; i0 += kBlock) {
+      const int n = std::min(kBlock, *len - i0);
+      backend::cpu::f16_to_f32(a + i0, fa, n);
+      backend::cpu::f16_to_f32(b + i0, fb, n);
+      for (int i = 0; i < n; ++i) fa[i] += fb[i];
+      backend::cpu::f32_to_f16(fa, b + i0, n);
+    }
+    return;
+  }
   for (int i = 0; i < *len; ++i) {
     const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
     // NaN propagates through max/min as through sum (std::max would drop it).
