@@ -9,8 +9,11 @@
 #include <cfenv>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "dltrain/backend/cpu.hpp"
@@ -219,4 +222,34 @@ TEST_CASE("to(f16), copy_ and copy_scaled_ give the same bits with and without F
     REQUIRE(fast.scaled[i] == Half::from_float(xv[i] * 0.5f));
     REQUIRE(bits_of(fast.back[i]) == bits_of(Half::to_float(fast.half[i])));
   }
+}
+
+TEST_CASE("F16C detection agrees with the kernel's CPU flags", "[core][half]") {
+  // /proc/cpuinfo's "flags" line lists f16c (and avx) when the CPU and the OS support them.
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) {
+    SUCCEED("no /proc/cpuinfo on this system: detection not cross-checked");
+    return;
+  }
+  std::string line;
+  bool listed = false, found = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    found = true;
+    std::istringstream words(line);
+    std::string w;
+    bool f16c = false, avx = false;
+    while (words >> w) {
+      f16c = f16c || w == "f16c";
+      avx = avx || w == "avx";
+    }
+    listed = f16c && avx;
+    break;
+  }
+  REQUIRE(found);
+#if defined(__x86_64__) || defined(__i386__)
+  CHECK(dltrain::cpu::f16c_supported() == listed);
+#else
+  CHECK_FALSE(dltrain::cpu::f16c_supported());
+#endif
 }

@@ -1,7 +1,7 @@
 // F16C and scalar loops for float <-> half arrays, chosen at run time (half_convert.hpp).
 //
 // Only the functions marked target("avx,f16c") contain AVX/F16C instructions; they are called
-// only after __builtin_cpu_supports said yes, so a portable build runs on any x86-64 (and
+// only after CPUID said yes, so a portable build runs on any x86-64 (and
 // other architectures compile the scalar loops alone). Tails shorter than 8 values take the
 // scalar code, which gives the same bits.
 #include "src/backend/cpu/half_convert.hpp"
@@ -13,6 +13,7 @@
 #include "dltrain/backend/cpu.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define DLTRAIN_F16C_LOOPS 1
 #endif
@@ -21,9 +22,19 @@ namespace dltrain::backend::cpu {
 
 namespace {
 
+// CPUID leaf 1: ECX bit 29 F16C, bit 28 AVX, bit 27 OSXSAVE, and XCR0 says the OS saves the
+// YMM state (bits 1-2). Read directly: clang before 16 has no "f16c" in __builtin_cpu_supports.
 bool cpu_has_f16c() {
 #ifdef DLTRAIN_F16C_LOOPS
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool f16c = (c >> 29) & 1U, avx = (c >> 28) & 1U, osxsave = (c >> 27) & 1U;
+    if (!(f16c && avx && osxsave)) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 0x6U) == 0x6U;
+  }();
   return has;
 #else
   return false;
