@@ -8,44 +8,16 @@ Use a current torch (.venv-peers, scripts/setup.sh --peers).
   build/benchmarks/half_convert --threads 2 --json dl.json
   .venv-peers/bin/python benchmarks/peers/pytorch_half_convert.py --threads 2 --compare dl.json
 """
-import argparse
-import json
-import statistics
-import time
-
 import torch
-
-
-def median_ms(f, iters):
-    f()
-    f()
-    t = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        f()
-        t.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(t)
-
+from peer_bench import OpBench
 
 SIZES = {"1M": 1 << 20, "16M": 1 << 24}
 BYTES = {"to f16": 6, "to f32": 6, "copy_ f32->f16": 6, "copy_scaled_ f32->f16": 6}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--json")
-    ap.add_argument("--compare")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    res = {}
-
-    def run(name, f):
-        res[name] = median_ms(f, a.iters)
-        print("%-44s %9.3f ms" % (name, res[name]), flush=True)
-
+    bench = OpBench(__doc__.splitlines()[0])
+    run, res = bench.run, bench.cases
     for size, n in SIZES.items():
         x = torch.randn(n)
         h = x.half()
@@ -53,13 +25,9 @@ def main():
         run("to f16 " + size, lambda: x.half())
         run("to f32 " + size, lambda: h.float())
         run("copy_ f32->f16 " + size, lambda: d.copy_(x))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"threads": a.threads, "torch": torch.__version__, "cases": res}, f,
-                      indent=1)
-    if a.compare:
-        with open(a.compare) as f:
-            dl = json.load(f)["cases"]
+    bench.finish(table=False)
+    dl = bench.dltrain_cases()
+    if dl is not None:
         print("\n%-30s %12s %12s %12s %9s" % ("GB/s (read + written)", "dl scalar", "dl F16C",
                                              "PyTorch", "F16C/PT"))
         for size, n in SIZES.items():
