@@ -102,12 +102,15 @@ memory::desc conv_act_desc(const Tensor& t, MemoryFormat fmt) {
   return dense_desc(t, fmt);
 }
 
-// Channels-last backward: oneDNN's nhwc backward kernels (data and weights, f32 on AVX2) measured
-// slower than its blocked ones even with the reorders around them (ResNet-50, batch 8, 2
-// threads: backward 1047-1064 -> 989-991 ms a step), while its nhwc forward is faster than the
-// blocked one with reorders (conv2d 1143 against 1299 ms for 3 steps). So the f32 backward
-// primitives of a channels-last convolution take "any" too; DLTRAIN_DNNL_CL_BWD_BLOCKED=0 keeps
-// nhwc (bf16 keeps nhwc: unmeasured here, no AVX-512 on this machine).
+// Channels-last backward: for wide convolutions oneDNN's nhwc backward kernels (data, weights;
+// f32 on AVX2) measured slower than its blocked ones even with the reorders around them
+// (ResNet-50, batch 8, 2 threads: backward 1047-1064 -> 989-991 ms a step), while its nhwc
+// forward beats the blocked one with reorders (conv2d 1143 against 1299 ms for 3 steps). For
+// narrow ones the reorders dominate (the VAE's 1/32/64-channel convolutions at 28x28 and less:
+// backward 16.7 -> 20.3 ms a step), so the f32 backward primitives of a channels-last
+// convolution take "any" (blocked) only when every group has at least 64 input and 64 output
+// channels. DLTRAIN_DNNL_CL_BWD_BLOCKED=0 keeps nhwc always (bf16 keeps nhwc: unmeasured here,
+// no AVX-512 on this machine).
 bool cl_backward_blocked() {
   static const bool on = [] {
     const char* v = std::getenv("DLTRAIN_DNNL_CL_BWD_BLOCKED");
@@ -116,9 +119,10 @@ bool cl_backward_blocked() {
   return on;
 }
 
-// The layout a backward primitive is asked to take t (dense in fmt) in.
-memory::desc conv_bwd_act_desc(const Tensor& t, MemoryFormat fmt) {
-  if (fmt == MemoryFormat::ChannelsLast && t.dtype() == DType::f32 && cl_backward_blocked())
+// The layout a backward primitive of convolution `s` is asked to take t (dense in fmt) in.
+memory::desc conv_bwd_act_desc(const Tensor& t, MemoryFormat fmt, const DnnlConvShape& s) {
+  const bool wide = s.Cin / s.groups >= 64 && s.Cout / s.groups >= 64;
+  if (fmt == MemoryFormat::ChannelsLast && t.dtype() == DType::f32 && wide && cl_backward_blocked())
     return memory::desc(memory::dims(t.shape().begin(), t.shape().end()), dnnl_dtype(t.dtype()),
                         tag::any);
   return conv_act_desc(t, fmt);
@@ -470,7 +474,7 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
   const MemoryFormat gx_fmt = x.is_contiguous(fmt) ? fmt : x_own;
   try {
     const memory xuser = mem(dense_desc(xd, fmt), xd), gyuser = mem(dense_desc(gy, fmt), gy);
-    const memory::desc src = conv_bwd_act_desc(xd, fmt), ddst = conv_bwd_act_desc(gy, fmt);
+    const memory::desc src = conv_bwd_act_desc(xd, fmt, s), ddst = conv_bwd_act_desc(gy, fmt, s);
     memory gy_mem = gyuser;  // gy in the layout the last primitive asked for
     if (gx) {
       *gx = empty({s.N, s.Cin, s.H, s.W}, x_own, x.options());
@@ -483,7 +487,7 @@ void dnnl_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy0,
                           .add(static_cast<int64_t>(gx_fmt));
       auto c = cached<ConvBwdData::pd_type, dnnl::convolution_backward_data>(key, [&] {
         const ConvFwd f = conv_forward(xd, gy, s, false, x.dtype(), fmt);
-        return conv_bwd_data_pd(conv_bwd_act_desc(*gx, gx_fmt), any_weights(s, x.dtype()), ddst,
+        return conv_bwd_data_pd(conv_bwd_act_desc(*gx, gx_fmt, s), any_weights(s, x.dtype()), ddst,
                                 strides(s), dilates(s), pad_l(s), pad_r(s), f.pd);
       });
       if (!c) DLTRAIN_FAIL("oneDNN has no convolution backward-data for this case");
