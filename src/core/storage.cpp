@@ -13,6 +13,7 @@
 
 #include "dltrain/core/error.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
+#include "src/core/env_switch.hpp"
 
 namespace dltrain {
 
@@ -102,8 +103,7 @@ BlockCache& cache() {
 // DLTRAIN_MALLOC_TUNING=0 to keep the C library's defaults.
 struct MallocTuning {
   MallocTuning() {
-    const char* env = std::getenv("DLTRAIN_MALLOC_TUNING");
-    if (env && std::string(env) == "0") return;
+    if (!detail::env_switch_on("DLTRAIN_MALLOC_TUNING")) return;
     mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum on 64-bit
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }

@@ -16,8 +16,6 @@
 
 #include <atomic>
 #include <bit>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +25,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "src/backend/cpu/dnnl.hpp"
+#include "src/core/env_switch.hpp"
 
 namespace dltrain::backend::cpu {
 
@@ -77,10 +76,7 @@ memory::desc act_desc(const Tensor& t) {
 // channels-last (nhwc) has direct kernels and keeps its own layout. DLTRAIN_DNNL_NCHW_BLOCKED=0
 // keeps nchw too (the measurement in docs/performance.md).
 bool nchw_blocked() {
-  static const bool on = [] {
-    const char* v = std::getenv("DLTRAIN_DNNL_NCHW_BLOCKED");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = detail::env_switch_on("DLTRAIN_DNNL_NCHW_BLOCKED");
   return on;
 }
 
@@ -112,10 +108,7 @@ memory::desc conv_act_desc(const Tensor& t, MemoryFormat fmt) {
 // channels. DLTRAIN_DNNL_CL_BWD_BLOCKED=0 keeps nhwc always (bf16 keeps nhwc: unmeasured here,
 // no AVX-512 on this machine).
 bool cl_backward_blocked() {
-  static const bool on = [] {
-    const char* v = std::getenv("DLTRAIN_DNNL_CL_BWD_BLOCKED");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = detail::env_switch_on("DLTRAIN_DNNL_CL_BWD_BLOCKED");
   return on;
 }
 
@@ -370,11 +363,7 @@ memory mem(const memory::desc& d, const Tensor& t) { return memory(d, engine(), 
 
 namespace {
 std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("DLTRAIN_DNNL");
-    return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "OFF") == 0 ||
-                   std::strcmp(v, "off") == 0));
-  }()};
+  static std::atomic<bool> on{detail::env_switch_on("DLTRAIN_DNNL")};
   return on;
 }
 }  // namespace

@@ -7,10 +7,9 @@
 #include "src/backend/cpu/half_convert.hpp"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "dltrain/backend/cpu.hpp"
+#include "src/core/env_switch.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -42,11 +41,7 @@ bool cpu_has_f16c() {
 }
 
 std::atomic<bool>& f16c_flag() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("DLTRAIN_F16C");
-    return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "OFF") == 0 ||
-                   std::strcmp(v, "off") == 0));
-  }()};
+  static std::atomic<bool> on{detail::env_switch_on("DLTRAIN_F16C")};
   return on;
 }
 
