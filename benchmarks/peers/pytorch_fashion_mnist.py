@@ -6,7 +6,10 @@ batch size, normalisation, drop_last shuffling and evaluation, timed the same wa
 fastest path; a DataLoader over a TensorDataset would be slower).
 
     /usr/bin/python3 benchmarks/peers/pytorch_fashion_mnist.py --threads 2 --json pt.json \
-        [--compare dl.json]   # dl.json from: fashion_mnist --json dl.json
+        [--channels-last] [--compare dl.json]   # dl.json from: fashion_mnist --json dl.json
+
+--channels-last stores the weights and every batch channels-last (NHWC), as the example's
+--channels-last does.
 """
 import argparse
 import gzip
@@ -61,6 +64,7 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--test", action="store_true")
     p.add_argument("--test-nsteps", type=int, default=50)
+    p.add_argument("--channels-last", action="store_true")
     p.add_argument("--json")
     p.add_argument("--compare", help="dltrain JSON report to compare with")
     a = p.parse_args()
@@ -70,6 +74,12 @@ def main():
     xtr, ytr = load(a.data, "train")
     xte, yte = load(a.data, "t10k")
     model = make_model()
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    if a.channels_last:
+        model = model.to(memory_format=fmt)
+        # a 1-channel batch is dense in both layouts: label it NHWC (its strides), as PyTorch
+        # does for x.contiguous(memory_format=channels_last)
+        xte = xte.contiguous(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.mom, weight_decay=a.wd,
                           nesterov=True)
     steps_per_epoch = len(xtr) // a.batch_size
@@ -88,7 +98,7 @@ def main():
         loss_sum, seen, nb = 0.0, 0, 0
         for b in range(steps_per_epoch):
             idx = perm[b * a.batch_size:(b + 1) * a.batch_size]
-            x, y = xtr[idx], ytr[idx]
+            x, y = xtr[idx].contiguous(memory_format=fmt), ytr[idx]
             t1 = time.perf_counter()
             loss = F.cross_entropy(model(x), y)
             t2 = time.perf_counter()
@@ -124,7 +134,7 @@ def main():
                                          r["test_loss"], r["test_acc"], r["img_per_s"]))
     med = lambda v: sorted(v)[len(v) // 2] * 1e3
     out = dict(framework="pytorch " + torch.__version__, threads=torch.get_num_threads(),
-               batch_size=a.batch_size, steps=len(fwd),
+               batch_size=a.batch_size, channels_last=a.channels_last, steps=len(fwd),
                step_ms=dict(forward=med(fwd), backward=med(bwd)), epochs=reports)
     if a.json:
         with open(a.json, "w") as f:
