@@ -151,7 +151,7 @@ std::string Environment::describe() const {
   std::ostringstream os;
   os << "rank " << rank << " of " << world_size << " (local " << local_rank << " of "
      << local_world_size << ", node " << node_id << " of " << num_nodes << ") from "
-     << long_name(launcher);
+     << (slurm_job_script ? "a Slurm job script (not started by srun)" : long_name(launcher));
   if (!source.empty()) os << " [" << source << "]";
   return os.str();
 }
@@ -198,6 +198,9 @@ Environment detect_environment(const EnvLookup& lookup) {
     e.node_id = r.integer("SLURM_NODEID", 0);
     if (const char* nn = r.first({"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}))
       e.num_nodes = r.integer(nn, 1);
+    // srun exports the step's variables; the batch script (and anything it starts without
+    // srun) has only the allocation's.
+    e.slurm_job_script = !r.first({"SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"});
     const char* t = r.first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
     DLTRAIN_CHECK(t != nullptr,
                   "distributed::init: SLURM_PROCID is set but neither "

@@ -69,6 +69,11 @@ std::string mpi_broadcast_bytes(const std::string& bytes);
 [[noreturn]] void mpi_abort(int code);
 void mpi_finalize();
 
+/// A rank's CPU threads: the `mask_cpus` of its affinity mask divided among the
+/// `ranks_sharing` node-local ranks whose masks overlap it, at most `usable` (usable_cpus():
+/// the mask capped by SLURM_CPUS_PER_TASK, which is already this task's share), at least 1.
+int rank_thread_share(int mask_cpus, int ranks_sharing, int usable);
+
 /// Prints "dltrain: rank R: message" once per process (later calls print nothing).
 void print_fatal_once(const std::string& message);
 

@@ -125,6 +125,12 @@ void print_fatal_once(const std::string& message) {
   std::fflush(stderr);
 }
 
+int rank_thread_share(int mask_cpus, int ranks_sharing, int usable) {
+  // SLURM_CPUS_PER_TASK (in `usable`) is already one task's share: dividing it again by the
+  // ranks that share an unbound mask would leave half the CPUs of two tasks idle.
+  return std::max(1, std::min(usable, mask_cpus / std::max(1, ranks_sharing)));
+}
+
 }  // namespace detail
 
 // --- the local group -----------------------------------------------------------------------
@@ -224,23 +230,24 @@ void finalize_at_exit() {
 }
 
 // Threads for this rank: its CPUs shared among the ranks on the node whose CPUs overlap its
-// own (unbound ranks on one node all see every CPU).
+// own (unbound ranks on one node all see every CPU), capped by SLURM_CPUS_PER_TASK.
 int thread_share(const World& w) {
   const int cpus = usable_cpus();
   if (w.env.world_size == 1) return cpus;
+  const std::string mine = cpu_list();
+  const auto my_set = split_list(mine);
+  const int mask = my_set.empty() ? cpus : static_cast<int>(my_set.size());
   if (w.mpi) {
-    const std::string mine = cpu_list();
     const auto all = detail::mpi_node_allgather_strings(mine);
-    const auto my_set = split_list(mine);
     int sharing = 0;
     for (const auto& other : all) {
       bool overlap = false;
       for (const auto& c : split_list(other)) overlap = overlap || my_set.count(c) > 0;
       sharing += overlap ? 1 : 0;
     }
-    return std::max(1, cpus / std::max(1, sharing));
+    return detail::rank_thread_share(mask, sharing, cpus);
   }
-  return std::max(1, cpus / std::max(1, w.env.local_world_size));
+  return detail::rank_thread_share(mask, w.env.local_world_size, cpus);
 }
 
 // Fails on every rank when two ranks of a node chose the same GPU.
@@ -276,6 +283,14 @@ std::shared_ptr<ProcessGroup> make_group(World& w, const InitOptions& o,
                     w.env.world_size, " ranks");
       return new_local_group(timeout);
     case Backend::MPI:
+      DLTRAIN_CHECK(w.env.launcher != Launcher::TorchRun || w.env.world_size == 1,
+                    "distributed::init: ", w.env.describe(),
+                    ": torchrun-style variables bootstrap only the NCCL backend (GPU ranks, over "
+                    "MASTER_ADDR:MASTER_PORT), and this rank trains on the CPU",
+                    o.use_gpu ? " (no GPU visible)"
+                              : " (the program asked for the CPU: InitOptions::use_gpu is off)",
+                    ". CPU ranks reduce over MPI: launch with mpirun -np ", w.env.world_size,
+                    " or srun --mpi=pmix, without RANK/WORLD_SIZE");
       DLTRAIN_CHECK(w.mpi || w.env.world_size == 1,
                     "distributed::init: the MPI backend needs a launch by mpirun or srun; this "
                     "one is ",
@@ -334,6 +349,17 @@ ProcessGroup& init(const InitOptions& options) {
   auto w = std::make_unique<World>();
   w->env = detect_environment();
   const auto timeout = options.timeout.count() > 0 ? options.timeout : default_timeout();
+  // Before MPI: a lone process would otherwise fail on MPI's "rank 0 of 1", which blames srun.
+  if (w->env.slurm_job_script && w->env.world_size > 1) {
+    const int n = w->env.world_size;
+    DLTRAIN_FAIL("distributed::init: ", w->env.describe(), ": the job asks for ", n,
+                 " tasks, but this process was not started by srun (SLURM_STEP_ID is not set), "
+                 "so ",
+                 n == 2 ? std::string("rank 1 does not exist")
+                        : "ranks 1 to " + std::to_string(n - 1) + " do not exist",
+                 ". Start the program with srun in the job script (srun --mpi=pmix ./program "
+                 "...), or request --ntasks=1 to run one process");
+  }
   const bool wants_mpi = (w->env.world_size > 1 || w->env.sizes_from_mpi) &&
                          w->env.launcher != Launcher::TorchRun && options.backend != Backend::Local;
   if (wants_mpi) {

@@ -7,6 +7,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/distributed/env.hpp"
+#include "src/distributed/internal.hpp"
 
 using namespace dltrain;
 using namespace dltrain::distributed;
@@ -76,6 +77,7 @@ TEST_CASE("Slurm srun variables, with compressed task lists", "[distributed][env
   CHECK(e.local_world_size == 1);
   CHECK(e.node_id == 3);
   CHECK(e.num_nodes == 4);
+  CHECK_FALSE(e.slurm_job_script);  // srun's step variables are there
 
   Environment b = detect({{"SLURM_PROCID", "1"},
                           {"SLURM_NTASKS", "4"},
@@ -86,6 +88,17 @@ TEST_CASE("Slurm srun variables, with compressed task lists", "[distributed][env
   CHECK(b.world_size == 4);
   CHECK(b.local_world_size == 2);
   CHECK(b.num_nodes == 2);
+  // Only the allocation's variables: the batch script itself, not a task srun started.
+  CHECK(b.slurm_job_script);
+  CHECK(b.describe().find("from a Slurm job script (not started by srun)") != std::string::npos);
+  Environment step = detect({{"SLURM_PROCID", "1"},
+                             {"SLURM_NTASKS", "4"},
+                             {"SLURM_STEP_ID", "0"},
+                             {"SLURM_LOCALID", "1"},
+                             {"SLURM_NODEID", "0"},
+                             {"SLURM_TASKS_PER_NODE", "2(x2)"}});
+  CHECK_FALSE(step.slurm_job_script);
+  CHECK(step.describe().find("from Slurm's srun") != std::string::npos);
 }
 
 TEST_CASE("PMIx rank with Slurm sizes, or sizes left to MPI", "[distributed][env]") {
@@ -180,4 +193,20 @@ TEST_CASE("usable_cpus follows the affinity mask and SLURM_CPUS_PER_TASK", "[dis
   CHECK(usable_cpus() == 1);
   unsetenv("SLURM_CPUS_PER_TASK");
   CHECK(usable_cpus() == all);
+}
+
+TEST_CASE(
+    "a rank's threads: its mask shared among overlapping ranks, capped by "
+    "SLURM_CPUS_PER_TASK",
+    "[distributed][env]") {
+  // Two ranks on a 2-core machine, unbound: one thread each, not 2 x 2.
+  CHECK(distributed::detail::rank_thread_share(2, 2, 2) == 1);
+  // Bound ranks (no overlap): each its whole mask.
+  CHECK(distributed::detail::rank_thread_share(8, 1, 8) == 8);
+  // srun --cpus-per-task=4 with 2 unbound tasks on a 16-CPU node: SLURM_CPUS_PER_TASK is
+  // already each task's share (usable 4), not to be halved again.
+  CHECK(distributed::detail::rank_thread_share(16, 2, 4) == 4);
+  // More ranks than CPUs: at least one thread.
+  CHECK(distributed::detail::rank_thread_share(2, 3, 2) == 1);
+  CHECK(distributed::detail::rank_thread_share(16, 8, 16) == 2);
 }

@@ -37,6 +37,11 @@ struct Environment {
   int master_port = 0;
   /// True when world_size / local sizes are to be taken from MPI (a bare PMIx launch).
   bool sizes_from_mpi = false;
+  /// Slurm's variables without a job step's (no SLURM_STEP_ID, SLURM_STEPID or
+  /// SLURM_STEP_NUM_TASKS): this process is the batch script's own (or was started from it
+  /// without srun), so the other SLURM_NTASKS - 1 ranks do not exist. init() refuses such a
+  /// launch when SLURM_NTASKS > 1; describe() says it.
+  bool slurm_job_script = false;
   /// The variables that were read, e.g. "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 ...".
   std::string source;
 
