@@ -3,6 +3,8 @@
 // is tested under mpirun in tests/mpi.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
 #include <thread>
 
 #include "dltrain/dltrain.hpp"
@@ -306,4 +308,101 @@ TEST_CASE("DDP call<M>: a model with several inputs and outputs, find_unused inc
   sum(add(u1, u2)).backward();  // b got no gradient: reduced as zeros, no error
   CHECK(sum(abs(m2->b->weight.grad())).item<double>() == 0.0);
   CHECK(sum(abs(m2->a->weight.grad())).item<double>() > 0.0);
+}
+
+TEST_CASE("DDP default buckets: 1 MiB first, then 25 MiB, filled in reverse registration order",
+          "[distributed][ddp]") {
+  auto group = new_local_group(std::chrono::seconds(30));
+  auto net = models::resnet18({.num_classes = 1000});  // 11.7 M f32 parameters, 44.6 MiB
+  DistributedDataParallel ddp(net, {.group = group.get()});
+  auto named = net->named_parameters();
+  std::map<std::string, int64_t> bytes_of;
+  for (const auto& [name, t] : named) bytes_of[name] = t.numel() * 4;
+  // The parameters in reverse registration order, as the buckets must hold them.
+  std::vector<std::string> reversed;
+  for (auto it = named.rbegin(); it != named.rend(); ++it) reversed.push_back(it->first);
+  auto buckets = ddp.buckets();
+  REQUIRE(buckets.size() >= 3);
+  CHECK(buckets[0].parameters.front() == "fc.bias");
+  std::vector<std::string> order;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const int64_t cap = (b == 0 ? 1 : 25) * int64_t{1} << 20;
+    int64_t bytes = 0;
+    for (const auto& p : buckets[b].parameters) bytes += bytes_of[p];
+    CHECK(bytes == buckets[b].numel * 4);
+    // Within the cap, unless one parameter alone exceeds it (fc.weight: 1000 x 512 x 4 B).
+    if (buckets[b].parameters.size() > 1) CHECK(bytes <= cap);
+    // Full: the next parameter would not have fitted.
+    if (b + 1 < buckets.size()) CHECK(bytes + bytes_of[buckets[b + 1].parameters.front()] > cap);
+    order.insert(order.end(), buckets[b].parameters.begin(), buckets[b].parameters.end());
+  }
+  CHECK(order == reversed);
+}
+
+namespace {
+
+// A group that says it has two ranks and reduces nothing (every rank as rank 0): it records
+// the all-reduces DDP issues, so a test can see when they are launched.
+class RecordingGroup final : public ProcessGroup {
+ public:
+  explicit RecordingGroup(std::vector<std::string>& log)
+      : ProcessGroup(0, 2, std::chrono::seconds(30)), log_(log) {}
+  const char* backend() const override { return "recording"; }
+  Work all_reduce(const Tensor& t, ReduceOp) override {
+    log_.push_back("all_reduce " + std::to_string(t.numel()));
+    return Work();
+  }
+  Work broadcast(const Tensor&, int) override { return Work(); }
+  Work all_gather(const Tensor& output, const Tensor& input) override {
+    NoGradGuard ng;
+    Tensor o = output;
+    o.copy_(cat({input.reshape({-1}), input.reshape({-1})}).view(output.shape()));
+    return Work();
+  }
+  Work reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { return Work(); }
+  Work barrier() override { return Work(); }
+
+ private:
+  std::vector<std::string>& log_;
+};
+
+}  // namespace
+
+TEST_CASE("DDP launches a full bucket's all-reduce from the gradient hooks, before backward ends",
+          "[distributed][ddp]") {
+  for (bool overlap : {true, false}) {
+    std::vector<std::string> log;
+    RecordingGroup group(log);
+    manual_seed(4);
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Linear>(64, 64))
+        .push_back(std::make_shared<nn::ReLU>())
+        .push_back(std::make_shared<nn::Linear>(64, 64))
+        .push_back(std::make_shared<nn::ReLU>())
+        .push_back(std::make_shared<nn::Linear>(64, 64));
+    // 16640 B per layer: one bucket per layer (caps of 16672 B), the last layer's first.
+    DistributedDataParallel ddp(m, {.group = &group,
+                                    .bucket_cap_mb = 0.0159,
+                                    .first_bucket_cap_mb = 0.0159,
+                                    .overlap = overlap});
+    REQUIRE(ddp.buckets().size() == 3);
+    CHECK(ddp.buckets()[0].parameters == std::vector<std::string>{"4.bias", "4.weight"});
+    // The first layer's gradients are the last ones backward computes.
+    m->parameters()[0].register_hook([&](const Tensor&) { log.push_back("grad 0.weight"); });
+    log.clear();
+    sum(ddp(randn({8, 64}))).backward();
+    INFO("overlap " << overlap);
+    REQUIRE(log.size() == 4);
+    const auto grad_at = std::find(log.begin(), log.end(), "grad 0.weight") - log.begin();
+    if (overlap) {
+      // Layers 4 and 2 are reduced while backward still runs (layer 0's bucket may launch
+      // from DDP's own hook on 0.weight, just before this one).
+      CHECK(log[0] == "all_reduce 4160");
+      CHECK(log[1] == "all_reduce 4160");
+      CHECK(grad_at >= 2);
+    } else {  // overlap = false: everything after backward
+      CHECK(grad_at == 0);
+    }
+    CHECK(std::count(log.begin(), log.end(), "all_reduce 4160") == 3);
+  }
 }

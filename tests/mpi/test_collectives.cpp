@@ -2,7 +2,9 @@
 // each rank (rank r contributes f(r, i) for element i), on 2 and 3 ranks.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "dltrain/dltrain.hpp"
 
@@ -100,6 +102,51 @@ TEST_CASE("mpi group: broadcast, all_gather and reduce_scatter in every dtype",
       CHECK(got[static_cast<size_t>(i)] == Approx(want).epsilon(0.02));
     }
   }
+}
+
+TEST_CASE("mpi group: reduce_scatter avg/max/min in every dtype", "[mpi][collectives]") {
+  ProcessGroup& g = default_group();
+  const int64_t n = 29;
+  for (DType dt : kAll) {
+    for (ReduceOp op : {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+      if (op == ReduceOp::Avg && !is_floating(dt)) continue;
+      INFO("dtype " << dtype_name(dt) << " op " << reduce_op_name(op));
+      // Element i of the input is value(rank, i): rank r keeps block r, reduced over ranks.
+      Tensor input = make(g.rank(), g.size() * n, dt);
+      Tensor block = zeros({n}, TensorOptions(dt));
+      Work w = g.reduce_scatter(block, input, op);
+      w.wait();
+      CHECK(w.is_completed());
+      auto got = block.to(DType::f64).to_vector<double>();
+      int bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = reduce_expected(g.rank() * n + i, g.size(), op, dt);
+        const double tol = dt == DType::bf16 || dt == DType::f16 ? 0.02 * std::abs(want) : 1e-6;
+        if (std::abs(got[static_cast<size_t>(i)] - want) > tol) ++bad;
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("mpi group: Work::is_completed is false while a collective waits for a rank",
+          "[mpi][collectives]") {
+  ProcessGroup& g = default_group();
+  CHECK(Work().is_completed());
+  g.barrier().wait();
+  Tensor t = full({64}, 1.0);
+  if (g.rank() == g.size() - 1) {
+    // The last rank joins a second later: no other rank's all-reduce can complete before.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    g.all_reduce(t).wait();
+  } else {
+    Work w = g.all_reduce(t);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK_FALSE(w.is_completed());  // never blocks, and the last rank has not joined
+    w.wait();
+    CHECK(w.is_completed());
+  }
+  CHECK(t.to_vector<float>()[63] == g.size());
 }
 
 TEST_CASE("mpi group: channels-last tensors, async overlap and ordering", "[mpi][collectives]") {

@@ -77,12 +77,14 @@ double rel_diff(const nn::Module& a, const nn::Module& b) {
 
 // Trains `ref` on full batches and `model` under DDP on this rank's share, side by side.
 double train_pair(bool bn, DType dt, int micro_batches, double lr = 0.05,
-                  double* sensitivity = nullptr) {
+                  double* sensitivity = nullptr, bool bucket_view = false) {
   const int n = world_size(), r = rank();
   auto ref = fm_cnn(bn, dt);
   auto model = fm_cnn(bn, dt);
   if (bn) convert_sync_batchnorm(model);
-  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.05, .first_bucket_cap_mb = 0.01});
+  DistributedDataParallel ddp(
+      model,
+      {.bucket_cap_mb = 0.05, .first_bucket_cap_mb = 0.01, .gradient_as_bucket_view = bucket_view});
   optim::SGD o_ref(ref->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 1e-4});
   optim::SGD o(model->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 1e-4});
   const Data& d = data(dt);
@@ -177,6 +179,67 @@ TEST_CASE("DDP no_sync: 2 micro-batches per step equal one process x B", "[mpi][
   std::printf("rank %d: DDP no_sync x2 vs single process: f32 %.3g, f64 %.3g\n", rank(), f32, f64);
   CHECK(f32 <= f32_bound(s32));
   CHECK(f64 < 1e-12);
+  // The same with the gradients as views of the buckets (no copies; zero_grad keeps them).
+  const double view64 = train_pair(false, DType::f64, 2, 0.05, nullptr, true);
+  std::printf("rank %d: DDP no_sync x2, gradient_as_bucket_view, vs single process: f64 %.3g\n",
+              rank(), view64);
+  CHECK(view64 < 1e-12);
+}
+
+namespace {
+// Head b is used on rank 0 only: a parameter that gets no gradient on the other ranks.
+class RankHeads : public nn::Module {
+ public:
+  RankHeads() : Module("RankHeads") {
+    a = register_module("a", std::make_shared<nn::Linear>(4, 2, true, TensorOptions(DType::f64)));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 2, true, TensorOptions(DType::f64)));
+  }
+  Tensor forward(const Tensor& x) override {
+    return use_b ? add(a->forward(x), mul(b->forward(x), 3.0)) : a->forward(x);
+  }
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = true;
+};
+}  // namespace
+
+TEST_CASE(
+    "DDP find_unused_parameters: a parameter used on some ranks only is averaged with "
+    "zeros from the others",
+    "[mpi][ddp]") {
+  const int n = world_size();
+  auto make = [] {
+    manual_seed(12);
+    return std::make_shared<RankHeads>();
+  };
+  auto input = [](int r) {
+    Generator g(40 + static_cast<uint64_t>(r));
+    return randn({5, 4}, DType::f64, &g);
+  };
+  auto m = make();
+  DistributedDataParallel ddp(m, {.find_unused_parameters = true});
+  m->use_b = rank() == 0;
+  sum(ddp(input(rank()))).backward();
+  // The reference: every rank's gradient computed here, averaged (b's is zero off rank 0).
+  std::vector<Tensor> want;
+  for (int r = 0; r < n; ++r) {
+    auto bare = make();
+    bare->use_b = r == 0;
+    sum(bare->forward(input(r))).backward();
+    auto ps = bare->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      Tensor g = ps[i].grad().defined() ? ps[i].grad() : zeros_like(ps[i]);
+      if (r == 0)
+        want.push_back(div(g, n));
+      else
+        want[i] = add(want[i], div(g, n));
+    }
+  }
+  auto got = m->parameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(max(abs(sub(got[i].grad(), want[i]))).item<double>() < 1e-14);
+  }
+  CHECK(sum(abs(m->b->weight.grad())).item<double>() > 0.0);  // rank 0's share on every rank
 }
 
 TEST_CASE("DDP: parameters and buffers are broadcast from rank 0", "[mpi][ddp]") {
