@@ -391,7 +391,8 @@ class CheckpointFile {
   /// `epoch` (0-based).
   void save(int64_t epoch, int64_t step, int64_t batch, int64_t samples) {
     if (path_.empty()) return;
-    if (distributed::is_main_process())
+    // Rank 0 writes; a failure there (disk full) is raised on every rank.
+    distributed::on_main_process([&] {
       io::save_checkpoint(path_, model_, &opt_, &sched_, &scaler_,
                           {.epoch = epoch,
                            .step = step,
@@ -399,7 +400,7 @@ class CheckpointFile {
                            .samples_in_epoch = samples,
                            .global_batch = global_batch_},
                           metadata_);
-    distributed::barrier();
+    });
     std::printf("checkpoint: %s (epoch %lld, sample %lld, step %lld)\n", path_.c_str(),
                 static_cast<long long>(epoch + 1), static_cast<long long>(samples),
                 static_cast<long long>(step));

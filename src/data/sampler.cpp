@@ -8,6 +8,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/generator.hpp"
 #include "dltrain/core/tensor.hpp"
+#include "dltrain/distributed/process_group.hpp"
 
 namespace dltrain::data {
 
@@ -55,6 +56,16 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t rank, int64_t world_si
   per_rank_ = drop_last ? n / world_size : (n + world_size - 1) / world_size;
   DLTRAIN_CHECK(per_rank_ > 0 || n == 0, "DistributedSampler: drop_last with ", n, " samples over ",
                 world_size, " ranks leaves each rank nothing");
+}
+
+std::shared_ptr<DistributedSampler> DistributedSampler::for_default_group(int64_t n, bool shuffle,
+                                                                          uint64_t seed,
+                                                                          bool drop_last) {
+  DLTRAIN_CHECK(distributed::is_initialized(),
+                "DistributedSampler::for_default_group: no process group; call "
+                "distributed::init() first (a single process needs no launcher)");
+  return std::make_shared<DistributedSampler>(n, distributed::rank(), distributed::world_size(),
+                                              shuffle, seed, drop_last);
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {

@@ -459,6 +459,44 @@ void finalize() {
   if (w->mpi) detail::mpi_finalize();
 }
 
+void on_main_process(const std::function<void()>& fn) {
+  if (!is_initialized() || world_size() == 1) {
+    fn();
+    return;
+  }
+  ProcessGroup& g = default_group();
+  std::exception_ptr failure;
+  std::string message;
+  if (g.rank() == 0) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      failure = std::current_exception();
+      message = e.what();
+    } catch (...) {
+      failure = std::current_exception();
+      message = "an exception of a non-standard type";
+    }
+  }
+  // Rank 0's outcome (empty: success) reaches every rank; the broadcast is also what holds
+  // the other ranks until rank 0 is done.
+  Tensor len = full({1}, failure ? static_cast<double>(message.size() + 1) : 0.0,
+                    TensorOptions(DType::i64).with_device(g.tensor_device()));
+  g.broadcast(len, 0).wait();
+  const int64_t n = len.item<int64_t>();
+  if (n > 0) {
+    std::vector<uint8_t> buf(static_cast<size_t>(n), 0);
+    std::copy(message.begin(), message.end(), buf.begin());
+    Tensor t = from_vector(buf, {n}).to(g.tensor_device());
+    g.broadcast(t, 0).wait();
+    if (failure) std::rethrow_exception(failure);
+    const auto v = t.to_vector<uint8_t>();
+    DLTRAIN_FAIL("distributed::on_main_process: rank 0 failed: ",
+                 std::string(v.begin(), v.end() - 1));
+  }
+  g.barrier().wait();
+}
+
 double all_reduce_value(double value, ReduceOp op) {
   if (world_size() == 1) return value;
   ProcessGroup& g = default_group();

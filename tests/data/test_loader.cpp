@@ -354,6 +354,12 @@ TEST_CASE("Threaded DataLoader bounds prefetching and stops early cleanly",
   REQUIRE(run_epoch(loader).size() == 100);
 }
 
+TEST_CASE("DistributedSampler::for_default_group needs distributed::init()", "[data][sampler]") {
+  // This binary never calls init(): the rank and world size are unknown, not silently 0 of 1.
+  CHECK_THROWS_WITH(data::DistributedSampler::for_default_group(10),
+                    Catch::Contains("call distributed::init() first"));
+}
+
 TEST_CASE("DistributedSampler splits each epoch's order across ranks like torch",
           "[data][sampler]") {
   // 10 samples over 3 ranks: padded to 12 by repeating the start; rank r takes r, r+3, ...

@@ -263,6 +263,15 @@ TEST_CASE("init() in a single process needs no MPI and gives a world of one",
   CHECK(all_reduce_value(2.5) == 2.5);
   barrier();
   CHECK(&init() == &g);
+  // The helpers: rank 0 is this process; its exception comes back as it was.
+  int ran = 0;
+  on_main_process([&] { ++ran; });
+  CHECK(ran == 1);
+  CHECK_THROWS_WITH(on_main_process([] { throw Error("cannot write ckpt.h5"); }),
+                    "cannot write ckpt.h5");
+  auto s = data::DistributedSampler::for_default_group(10, false);
+  CHECK(s->world_size() == 1);
+  CHECK(s->indices().size() == 10);
 }
 
 namespace {

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "dltrain/dltrain.hpp"
@@ -226,4 +228,45 @@ TEST_CASE("mpi_cuda_aware(): the library's answer, overridden by DLTRAIN_MPI_CUD
   Tensor t = full({7}, 1.0 + rank());
   g->all_reduce(t, ReduceOp::Avg).wait();
   CHECK(t.to_vector<float>()[6] == Approx((world_size() + 1) / 2.0));
+}
+
+TEST_CASE("on_main_process: rank 0 runs it, every rank waits; a failure reaches every rank",
+          "[mpi][init]") {
+  const std::string path = "on_main_process_" + std::to_string(world_size()) + ".txt";
+  std::remove(path.c_str());
+  int ran = 0;
+  on_main_process([&] {
+    ++ran;
+    // Slow enough that a rank which did not wait would look before the file exists.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::ofstream(path) << "written by rank " << rank();
+  });
+  CHECK(ran == (rank() == 0 ? 1 : 0));
+  std::string text;
+  std::getline(std::ifstream(path), text);
+  CHECK(text == "written by rank 0");  // every rank reads what rank 0 wrote
+  barrier();
+  if (rank() == 0) std::remove(path.c_str());
+
+  try {
+    on_main_process([] { throw std::runtime_error("disk quota exceeded writing ckpt.h5"); });
+    FAIL("rank 0's failure must reach every rank");
+  } catch (const Error& e) {
+    CHECK(rank() != 0);
+    CHECK_THAT(e.what(), Catch::Contains("rank 0 failed: disk quota exceeded writing ckpt.h5"));
+  } catch (const std::runtime_error& e) {
+    CHECK(rank() == 0);  // rank 0 gets its own exception back
+    CHECK(std::string(e.what()) == "disk quota exceeded writing ckpt.h5");
+  }
+  // The group still works afterwards.
+  CHECK(all_reduce_value(1.0) == world_size());
+}
+
+TEST_CASE("DistributedSampler::for_default_group takes init()'s rank and world size",
+          "[mpi][init]") {
+  auto s = data::DistributedSampler::for_default_group(100, true, 5);
+  CHECK(s->rank() == rank());
+  CHECK(s->world_size() == world_size());
+  data::DistributedSampler same(100, rank(), world_size(), true, 5);
+  CHECK(s->indices() == same.indices());
 }

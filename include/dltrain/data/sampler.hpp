@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dltrain::data {
@@ -67,6 +68,12 @@ class DistributedSampler : public Sampler {
   /// drop_last leaves a rank nothing.
   DistributedSampler(int64_t n, int64_t rank, int64_t world_size, bool shuffle = true,
                      uint64_t seed = 0, bool drop_last = false);
+  /// This process's share: the rank and world size of the job distributed::init() joined (as
+  /// torch's DistributedSampler(dataset) reads them from the default group); a world of one
+  /// for a single process. Throws dltrain::Error when init() has not run.
+  static std::shared_ptr<DistributedSampler> for_default_group(int64_t n, bool shuffle = true,
+                                                               uint64_t seed = 0,
+                                                               bool drop_last = false);
   int64_t size() const override { return per_rank_; }
   std::vector<int64_t> indices() const override;
   int64_t rank() const { return rank_; }

@@ -145,6 +145,15 @@ void barrier();
 /// Ends MPI cleanly after a barrier (run at exit too). Collectives are invalid afterwards.
 void finalize();
 
+/// Runs `fn` on rank 0 only, then waits for every rank: the way to write a checkpoint, a
+/// report or a log once (`on_main_process([&] { io::save_checkpoint(path, ...); });`), after
+/// which every rank may read what rank 0 wrote. Collective: every rank calls it. When `fn`
+/// throws on rank 0, rank 0 rethrows its exception and every other rank throws
+/// dltrain::Error with rank 0's message, so no rank is left waiting for the others and a
+/// caller that catches sees the failure on every rank. A world of one (or no init()) just
+/// runs `fn`.
+void on_main_process(const std::function<void()>& fn);
+
 /// Sums (or reduces with `op`) a value across the ranks of the default group: the usual way
 /// to report a global loss or accuracy. Returns the value itself in a world of one.
 double all_reduce_value(double value, ReduceOp op = ReduceOp::Sum);
