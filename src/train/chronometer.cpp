@@ -12,6 +12,7 @@
 
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/error.hpp"
+#include "dltrain/distributed/process_group.hpp"
 #include "src/train/json_util.hpp"
 
 namespace dltrain::train {
@@ -174,8 +175,15 @@ std::string Chronometer::table(const std::string& title) const {
   row("whole step", s.step);
   row("epoch", s.epoch);
   if (s.samples_per_second > 0) {
-    std::snprintf(line, sizeof line, "  throughput %.1f samples/s\n", s.samples_per_second);
+    std::snprintf(line, sizeof line, "  throughput %.1f samples/s", s.samples_per_second);
     out += line;
+    // The samples this process timed: in a data-parallel job the job's throughput is the
+    // ranks' sum, which an example prints beside it; say whose figure this is.
+    if (distributed::is_initialized() && distributed::world_size() > 1) {
+      std::snprintf(line, sizeof line, " on this rank (of %d)", distributed::world_size());
+      out += line;
+    }
+    out += "\n";
   }
   std::snprintf(line, sizeof line, "  peak host memory (RSS) %.1f MiB",
                 static_cast<double>(s.peak_host_rss_bytes) / 1048576.0);

@@ -270,3 +270,11 @@ TEST_CASE("DistributedSampler::for_default_group takes init()'s rank and world s
   data::DistributedSampler same(100, rank(), world_size(), true, 5);
   CHECK(s->indices() == same.indices());
 }
+
+TEST_CASE("the chronometer's throughput says it is this rank's", "[mpi][init]") {
+  train::Chronometer c;
+  c.begin_step();
+  c.end_step(8);
+  CHECK_THAT(c.table("t"),
+             Catch::Contains("samples/s on this rank (of " + std::to_string(world_size()) + ")"));
+}

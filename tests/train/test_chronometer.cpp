@@ -131,7 +131,8 @@ TEST_CASE("Chronometer: the table names every lapped phase and the peak memory",
   CHECK_THAT(t, Contains("10.00"));  // forward, ms
   CHECK_THAT(t, Contains("peak host memory (RSS)"));
   CHECK_THAT(t, !Contains("backward"));  // never lapped
-  CHECK_THAT(t, Contains("samples/s"));
+  CHECK_THAT(t, Contains("samples/s\n"));
+  CHECK_THAT(t, !Contains("on this rank"));  // a single process: the figure is the run's
 }
 
 TEST_CASE("Chronometer: json() is valid JSON with the statistics in seconds",
