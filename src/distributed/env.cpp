@@ -24,6 +24,8 @@ const char* launcher_name(Launcher l) {
       return "slurm";
     case Launcher::TorchRun:
       return "torchrun";
+    case Launcher::Hydra:
+      return "hydra";
   }
   return "?";
 }
@@ -42,6 +44,8 @@ const char* long_name(Launcher l) {
       return "Slurm's srun";
     case Launcher::TorchRun:
       return "torchrun-style variables";
+    case Launcher::Hydra:
+      return "MPICH's or Intel MPI's mpiexec (Hydra PMI)";
   }
   return "?";
 }
@@ -123,6 +127,20 @@ int slurm_tasks_on_node(const char* name, const std::string& spec, int node) {
   return counts[static_cast<size_t>(node)];
 }
 
+// Local rank, ranks on this node, node index and node count from an srun task's variables.
+void read_slurm_layout(Reader& r, Environment& e) {
+  e.local_rank = r.integer("SLURM_LOCALID", 0);
+  e.node_id = r.integer("SLURM_NODEID", 0);
+  if (const char* nn = r.first({"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}))
+    e.num_nodes = r.integer(nn, 1);
+  const char* t = r.first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  DLTRAIN_CHECK(t != nullptr,
+                "distributed::init: SLURM_PROCID is set but neither "
+                "SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is (",
+                r.read(), "); launch the program with srun");
+  e.local_world_size = slurm_tasks_on_node(t, r.text(t), e.node_id);
+}
+
 void check_consistent(const Environment& e) {
   auto where = [&] { return std::string(" (") + e.source + ")"; };
   DLTRAIN_CHECK(e.world_size >= 1, "distributed::init: world size ", e.world_size,
@@ -165,10 +183,31 @@ Environment detect_environment(const EnvLookup& lookup) {
     e.world_size = r.integer("OMPI_COMM_WORLD_SIZE", 1);
     e.local_rank = r.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0);
     e.local_world_size = r.integer("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-    if (r.has("OMPI_COMM_WORLD_NODE_RANK")) e.node_id = r.integer("OMPI_COMM_WORLD_NODE_RANK", 0);
-    // Open MPI does not export the node count; with uniform placement it is size / local size.
-    e.num_nodes = (e.world_size + e.local_world_size - 1) / e.local_world_size;
-    if (e.node_id >= e.num_nodes) e.num_nodes = e.node_id + 1;
+    // Open MPI exports neither the node index nor the node count (OMPI_COMM_WORLD_NODE_RANK
+    // is the process's rank on its node across all jobs, a local rank, not a node index):
+    // init() asks MPI.
+    e.node_from_mpi = true;
+  } else if (r.has("PMI_RANK") && r.has("PMI_SIZE")) {
+    e.launcher = Launcher::Hydra;
+    e.rank = r.integer("PMI_RANK", 0);
+    e.world_size = r.integer("PMI_SIZE", 1);
+    const char* procid = lookup("SLURM_PROCID");
+    if (r.has("MPI_LOCALRANKID") || r.has("MPI_LOCALNRANKS")) {
+      // mpiexec.hydra's own ranks (its proxies may be srun tasks, whose SLURM_PROCID is the
+      // proxy's, not the rank's: Slurm's variables are not read).
+      e.local_rank = r.integer("MPI_LOCALRANKID", 0);
+      e.local_world_size = r.integer("MPI_LOCALNRANKS", 1);
+      e.node_from_mpi = true;
+    } else if (procid != nullptr && std::to_string(e.rank) == procid &&
+               r.first({"SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"})) {
+      // srun --mpi=pmi2 started the ranks itself: its task layout is the ranks'.
+      r.integer("SLURM_PROCID", 0);
+      read_slurm_layout(r, e);
+    } else {
+      e.local_world_size = -1;
+      e.sizes_from_mpi = true;
+      e.node_from_mpi = true;
+    }
   } else if (r.has("PMIX_RANK")) {
     e.launcher = Launcher::PMIx;
     e.rank = r.integer("PMIX_RANK", 0);
@@ -183,30 +222,23 @@ Environment detect_environment(const EnvLookup& lookup) {
       if (const char* nn = r.first({"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}))
         e.num_nodes = r.integer(nn, 1);
       e.sizes_from_mpi = e.local_world_size < 0;
+      e.node_from_mpi = e.sizes_from_mpi;
     } else {
       // Only MPI knows the sizes; init() fills them in after MPI_Init_thread.
       e.world_size = e.rank + 1;
       e.local_world_size = -1;
       e.sizes_from_mpi = true;
+      e.node_from_mpi = true;
     }
   } else if (r.has("SLURM_PROCID") && r.first({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"})) {
     e.launcher = Launcher::Slurm;
     e.rank = r.integer("SLURM_PROCID", 0);
     // Inside srun the step's own counts; in a batch script only the allocation's.
     e.world_size = r.integer(r.first({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}), 1);
-    e.local_rank = r.integer("SLURM_LOCALID", 0);
-    e.node_id = r.integer("SLURM_NODEID", 0);
-    if (const char* nn = r.first({"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"}))
-      e.num_nodes = r.integer(nn, 1);
     // srun exports the step's variables; the batch script (and anything it starts without
     // srun) has only the allocation's.
     e.slurm_job_script = !r.first({"SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"});
-    const char* t = r.first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-    DLTRAIN_CHECK(t != nullptr,
-                  "distributed::init: SLURM_PROCID is set but neither "
-                  "SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is (",
-                  r.read(), "); launch the program with srun");
-    e.local_world_size = slurm_tasks_on_node(t, r.text(t), e.node_id);
+    read_slurm_layout(r, e);
   } else if (r.has("RANK") && r.has("WORLD_SIZE")) {
     e.launcher = Launcher::TorchRun;
     e.rank = r.integer("RANK", 0);

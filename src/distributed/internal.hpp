@@ -60,6 +60,8 @@ int mpi_world_size();
 /// Rank and size among the ranks on this node (MPI_Comm_split_type SHARED).
 int mpi_node_rank();
 int mpi_node_size();
+/// This node's index (nodes numbered by their lowest world rank) and the number of nodes.
+void mpi_node_index(int& node, int& nodes);
 /// Blocking all-gather of one string per rank over MPI_COMM_WORLD (init-time checks).
 std::vector<std::string> mpi_allgather_strings(const std::string& mine);
 /// The same over the ranks of this node.

@@ -37,6 +37,7 @@
 #include <deque>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/backend/cuda.hpp"
@@ -503,6 +504,17 @@ int mpi_node_size() {
   int s = 1;
   MPI_Comm_size(node_comm(), &s);
   return s;
+}
+void mpi_node_index(int& node, int& nodes) {
+  int leader = mpi_world_rank();  // the node's lowest world rank names it
+  DLTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm()));
+  std::vector<int> leaders(static_cast<size_t>(mpi_world_size()));
+  DLTRAIN_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  nodes = static_cast<int>(leaders.size());
+  node =
+      static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader) - leaders.begin());
 }
 
 std::vector<std::string> mpi_allgather_strings(const std::string& mine) {

@@ -27,6 +27,7 @@ int mpi_world_rank() { return 0; }
 int mpi_world_size() { return 1; }
 int mpi_node_rank() { return 0; }
 int mpi_node_size() { return 1; }
+void mpi_node_index(int& node, int& nodes) { node = 0, nodes = 1; }
 std::vector<std::string> mpi_allgather_strings(const std::string& mine) { return {mine}; }
 std::vector<std::string> mpi_node_allgather_strings(const std::string& mine) { return {mine}; }
 std::string mpi_broadcast_bytes(const std::string& bytes) { return bytes; }

@@ -375,8 +375,11 @@ ProcessGroup& init(const InitOptions& options) {
         w->env.world_size = ms;
         w->env.local_rank = detail::mpi_node_rank();
         w->env.local_world_size = detail::mpi_node_size();
-        w->env.num_nodes = std::max(1, ms / w->env.local_world_size);
         w->env.sizes_from_mpi = false;
+      }
+      if (w->env.node_from_mpi) {
+        detail::mpi_node_index(w->env.node_id, w->env.num_nodes);
+        w->env.node_from_mpi = false;
       }
       DLTRAIN_CHECK(ms == w->env.world_size && mr == w->env.rank,
                     "distributed::init: ", w->env.describe(), ", but MPI sees rank ", mr, " of ",

@@ -57,8 +57,9 @@ TEST_CASE("Open MPI's mpirun variables", "[distributed][env]") {
   CHECK(e.world_size == 8);
   CHECK(e.local_rank == 1);
   CHECK(e.local_world_size == 4);
-  CHECK(e.node_id == 1);
-  CHECK(e.num_nodes == 2);
+  // OMPI_COMM_WORLD_NODE_RANK is a rank on the node, not the node's index: init() asks MPI.
+  CHECK(e.node_from_mpi);
+  CHECK(e.node_id == 0);
   CHECK(e.source.find("OMPI_COMM_WORLD_RANK=5") != std::string::npos);
   CHECK(std::string(launcher_name(e.launcher)) == "openmpi");
 }
@@ -117,6 +118,78 @@ TEST_CASE("PMIx rank with Slurm sizes, or sizes left to MPI", "[distributed][env
   Environment bare = detect({{"PMIX_RANK", "2"}});
   CHECK(bare.launcher == Launcher::PMIx);
   CHECK(bare.sizes_from_mpi);
+}
+
+TEST_CASE("MPICH / Intel MPI mpiexec (Hydra) and srun --mpi=pmi2", "[distributed][env]") {
+  // mpiexec.hydra inside a Slurm job: its proxies are srun tasks (one per node), so the ranks
+  // inherit the proxy's SLURM_PROCID/SLURM_LOCALID; only the PMI variables are the rank's.
+  Environment e = detect({{"PMI_RANK", "5"},
+                          {"PMI_SIZE", "8"},
+                          {"MPI_LOCALRANKID", "1"},
+                          {"MPI_LOCALNRANKS", "4"},
+                          {"SLURM_PROCID", "1"},
+                          {"SLURM_NTASKS", "2"},
+                          {"SLURM_STEP_ID", "0"},
+                          {"SLURM_LOCALID", "0"},
+                          {"SLURM_NODEID", "1"},
+                          {"SLURM_TASKS_PER_NODE", "1(x2)"}});
+  CHECK(e.launcher == Launcher::Hydra);
+  CHECK(std::string(launcher_name(e.launcher)) == "hydra");
+  CHECK(e.rank == 5);
+  CHECK(e.world_size == 8);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 4);
+  CHECK(e.node_from_mpi);  // Hydra exports no node index: init() asks MPI
+  CHECK_FALSE(e.sizes_from_mpi);
+  CHECK(e.describe().find("Intel MPI") != std::string::npos);
+  CHECK(e.source.find("SLURM_PROCID") == std::string::npos);
+
+  // srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE beside its own task variables: its layout is used.
+  Environment p = detect({{"PMI_RANK", "3"},
+                          {"PMI_SIZE", "4"},
+                          {"SLURM_PROCID", "3"},
+                          {"SLURM_NTASKS", "4"},
+                          {"SLURM_STEP_NUM_TASKS", "4"},
+                          {"SLURM_LOCALID", "1"},
+                          {"SLURM_NODEID", "1"},
+                          {"SLURM_STEP_NUM_NODES", "2"},
+                          {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}});
+  CHECK(p.launcher == Launcher::Hydra);
+  CHECK(p.rank == 3);
+  CHECK(p.local_rank == 1);
+  CHECK(p.local_world_size == 2);
+  CHECK(p.node_id == 1);
+  CHECK(p.num_nodes == 2);
+  CHECK_FALSE(p.node_from_mpi);
+
+  // Only PMI_RANK / PMI_SIZE (another PMI-1 launcher): the node layout comes from MPI.
+  Environment bare = detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}});
+  CHECK(bare.launcher == Launcher::Hydra);
+  CHECK(bare.world_size == 3);
+  CHECK(bare.sizes_from_mpi);
+  CHECK(bare.node_from_mpi);
+
+  // Open MPI's own variables come first; PMI_RANK alone (no PMI_SIZE) is not a launch.
+  CHECK(detect({{"OMPI_COMM_WORLD_RANK", "0"},
+                {"OMPI_COMM_WORLD_SIZE", "2"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                {"PMI_RANK", "0"},
+                {"PMI_SIZE", "2"}})
+            .launcher == Launcher::OpenMPI);
+  CHECK(detect({{"PMI_RANK", "0"}}).launcher == Launcher::Single);
+
+  // Inconsistent values are named.
+  CHECK_THROWS_WITH(
+      detect({{"PMI_RANK", "4"}, {"PMI_SIZE", "4"}}),
+      Catch::Contains("rank 4 is not below the world size 4") && Catch::Contains("PMI_RANK=4"));
+  CHECK_THROWS_WITH(detect({{"PMI_RANK", "1"},
+                            {"PMI_SIZE", "4"},
+                            {"MPI_LOCALRANKID", "2"},
+                            {"MPI_LOCALNRANKS", "2"}}),
+                    Catch::Contains("local rank 2") && Catch::Contains("MPI_LOCALNRANKS=2"));
+  CHECK_THROWS_WITH(detect({{"PMI_RANK", "x"}, {"PMI_SIZE", "4"}}),
+                    Catch::Contains("PMI_RANK='x' is not an integer"));
 }
 
 TEST_CASE("torchrun-style variables", "[distributed][env]") {

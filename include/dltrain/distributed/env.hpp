@@ -1,14 +1,18 @@
 // How this process was launched: rank, world size, local rank, node, read from the
 // variables that cluster launchers set.
 //
-// detect_environment() tries, in this order: Open MPI's mpirun (OMPI_COMM_WORLD_*), a PMIx
-// launcher (PMIX_RANK, with sizes from Slurm's variables or, failing those, from MPI once it
-// is initialised), Slurm's srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS,
+// detect_environment() tries, in this order: Open MPI's mpirun (OMPI_COMM_WORLD_*), MPICH's or
+// Intel MPI's mpiexec (Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS; also srun
+// --mpi=pmi2, which sets PMI_RANK and PMI_SIZE beside Slurm's variables), a PMIx launcher
+// (PMIX_RANK, with sizes from Slurm's variables or, failing those, from MPI once it is
+// initialised), Slurm's srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS,
 // SLURM_LOCALID, SLURM_NODEID, ...), torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and otherwise a world of one. It is a pure
 // function of the variables (tests pass their own lookup), and every value it returns is
 // checked: 0 <= rank < world_size, 0 <= local_rank < local_world_size, 0 <= node < nodes; a
 // malformed or inconsistent variable raises dltrain::Error naming the variables and values.
+// What the variables do not say (Hydra's node index, a bare PMIx launch's sizes) init() asks
+// MPI for.
 #pragma once
 
 #include <functional>
@@ -17,9 +21,9 @@
 namespace dltrain::distributed {
 
 /// Which launcher's variables described the job.
-enum class Launcher { Single, OpenMPI, PMIx, Slurm, TorchRun };
+enum class Launcher { Single, OpenMPI, PMIx, Slurm, TorchRun, Hydra };
 
-/// "single", "openmpi", "pmix", "slurm", "torchrun".
+/// "single", "openmpi", "pmix", "slurm", "torchrun", "hydra".
 const char* launcher_name(Launcher l);
 
 /// The job as the launcher describes it.
@@ -37,6 +41,8 @@ struct Environment {
   int master_port = 0;
   /// True when world_size / local sizes are to be taken from MPI (a bare PMIx launch).
   bool sizes_from_mpi = false;
+  /// True when node_id / num_nodes are to be taken from MPI (Hydra exports no node index).
+  bool node_from_mpi = false;
   /// Slurm's variables without a job step's (no SLURM_STEP_ID, SLURM_STEPID or
   /// SLURM_STEP_NUM_TASKS): this process is the batch script's own (or was started from it
   /// without srun), so the other SLURM_NTASKS - 1 ranks do not exist. init() refuses such a
