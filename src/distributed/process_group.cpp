@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iomanip>
 #include <set>
 #include <sstream>
 
@@ -74,10 +75,16 @@ std::string describe_collective(const char* name, const Tensor& t, const char* e
   if (extra) os << "(" << extra << ")";
   const double bytes = static_cast<double>(t.numel()) * static_cast<double>(t.element_size());
   os << " of " << t.numel() << " " << dtype_name(t.dtype()) << " elements (";
-  if (bytes >= 1 << 20)
+  // Three significant digits ("3.91 KiB", "97.5 MiB"), bytes below 1 KiB.
+  os << std::setprecision(3);
+  if (bytes >= 1 << 30)
+    os << bytes / (1 << 30) << " GiB";
+  else if (bytes >= 1 << 20)
     os << bytes / (1 << 20) << " MiB";
-  else
+  else if (bytes >= 1024)
     os << bytes / 1024 << " KiB";
+  else
+    os << bytes << " bytes";
   os << ", shape " << shape_str(t.shape()) << ", on " << t.device().str() << ")";
   return os.str();
 }

@@ -283,3 +283,14 @@ TEST_CASE(
   CHECK(distributed::detail::rank_thread_share(2, 3, 2) == 1);
   CHECK(distributed::detail::rank_thread_share(16, 8, 16) == 2);
 }
+
+TEST_CASE("collective descriptions in timeout messages: sizes with three digits",
+          "[distributed][env]") {
+  using distributed::detail::describe_collective;
+  CHECK(describe_collective("all_reduce", zeros({1000}), "sum") ==
+        "all_reduce(sum) of 1000 float32 elements (3.91 KiB, shape [1000], on cpu)");
+  CHECK(describe_collective("broadcast", zeros({3}, DType::i64), nullptr) ==
+        "broadcast of 3 int64 elements (24 bytes, shape [3], on cpu)");
+  CHECK(describe_collective("all_gather", zeros({1, 1}).expand({25, 1 << 20}), nullptr)
+            .find("(100 MiB,") != std::string::npos);
+}
