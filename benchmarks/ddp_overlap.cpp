@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   std::string arch = "resnet18", dev = "cpu", json, compression = "none";
   int64_t size = 64, batch = 16, iters = 10, warmup = 3;
   double bucket_mb = 25.0;
-  bool channels_last = false;
+  bool channels_last = false, no_rebuild = false;
   cli::Flags f("ddp_overlap",
                "How much of DDP's gradient communication is hidden behind backward (a ResNet's "
                "backward alone, with overlapped DDP, with DDP after backward); run it under "
@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   f.add("--bucket-mb", &bucket_mb, "DDP bucket size in MiB").positive();
   f.add("--compression", &compression, "also time DDP with this gradient compression")
       .choices({"none", "bf16", "f16"});
+  f.add_switch("--no-rebuild-buckets", &no_rebuild,
+               "keep the reverse-registration bucket layout after the first backward "
+               "(DDPOptions::rebuild_buckets = false)");
   f.group(cli::group::kDevice);
   f.add("--device", &dev, "cpu (MPI) or cuda (NCCL)").choices({"cpu", "cuda"});
   f.add_switch("--channels-last", &channels_last, "channels-last (NHWC) memory format");
@@ -100,17 +103,20 @@ int main(int argc, char** argv) {
     auto measure = [&](std::optional<DType> w) {
       Run run;
       {
-        distributed::DistributedDataParallel ddp(
-            model, {.bucket_cap_mb = bucket_mb, .gradient_compression = w});
-        run.buckets = ddp.buckets().size();
+        distributed::DistributedDataParallel ddp(model, {.bucket_cap_mb = bucket_mb,
+                                                         .gradient_compression = w,
+                                                         .rebuild_buckets = !no_rebuild});
         for (const auto& b : ddp.buckets())
           run.wire_bytes += static_cast<double>(b.numel) * dtype_size(b.wire_dtype);
         run.overlap = time_backward([&](const Tensor& in) { return ddp(in); });
+        run.buckets = ddp.buckets().size();  // the layout the timed steps used
         run.wait_overlap = ddp.last_wait_seconds();
       }
       {
-        distributed::DistributedDataParallel ddp(
-            model, {.bucket_cap_mb = bucket_mb, .overlap = false, .gradient_compression = w});
+        distributed::DistributedDataParallel ddp(model, {.bucket_cap_mb = bucket_mb,
+                                                         .overlap = false,
+                                                         .gradient_compression = w,
+                                                         .rebuild_buckets = !no_rebuild});
         run.after = time_backward([&](const Tensor& in) { return ddp(in); });
       }
       return run;

@@ -126,6 +126,9 @@ struct DistributedDataParallel::Reducer
   size_t next_bucket = 0;
   std::vector<size_t> unused_next;  // found by forward's graph walk (find_unused_parameters)
   double last_wait = 0;
+  // The order the gradients became ready in this round, until the buckets are rebuilt.
+  std::vector<size_t> ready_order;
+  bool rebuilt = false;
 
   // In a group of one the average is the gradient itself: no bucket copies, no collective, no
   // copy back (a single-process run wrapped in DDP pays only the readiness bookkeeping).
@@ -146,6 +149,7 @@ struct DistributedDataParallel::Reducer
   void start_round() {
     round_active = true;
     std::fill(ready.begin(), ready.end(), 0);
+    ready_order.clear();
     for (auto& b : buckets) {
       b.pending = b.params.size();
       b.launched = false;
@@ -164,6 +168,7 @@ struct DistributedDataParallel::Reducer
 
   void mark_ready(size_t i) {
     ready[i] = 1;
+    if (!rebuilt) ready_order.push_back(i);
     Bucket& b = buckets[params[i].bucket];
     if (--b.pending == 0 && opt.overlap) launch_in_order();
   }
@@ -233,6 +238,84 @@ struct DistributedDataParallel::Reducer
         g.copy_(p.view);
       } else {
         p.tensor.set_grad(p.view.clone());
+      }
+    }
+    if (!rebuilt && opt.rebuild_buckets && !opt.find_unused_parameters) rebuild();
+  }
+
+  // Lays the buckets out over `params` in the order `order` lists them: a bucket per dtype
+  // and device open at a time, the first one capped at first_bucket_cap_mb, the others at
+  // bucket_cap_mb, a parameter larger than the cap alone in its bucket.
+  void lay_out(const std::vector<size_t>& order) {
+    std::vector<int64_t> bucket_bytes, bucket_cap;
+    std::vector<std::pair<DType, Device>> bucket_key;
+    std::vector<std::vector<std::pair<size_t, int64_t>>> members;  // (param, offset)
+    for (size_t pi : order) {
+      const Tensor& t = params[pi].tensor;
+      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      // The open bucket of this dtype and device is the last one created with that key.
+      std::optional<size_t> open;
+      for (size_t b = bucket_key.size(); b-- > 0;)
+        if (bucket_key[b] == std::make_pair(t.dtype(), t.device())) {
+          open = b;
+          break;
+        }
+      if (!open || (bucket_bytes[*open] > 0 && bucket_bytes[*open] + bytes > bucket_cap[*open])) {
+        const double cap_mb = bucket_key.empty() ? opt.first_bucket_cap_mb : opt.bucket_cap_mb;
+        bucket_key.emplace_back(t.dtype(), t.device());
+        bucket_bytes.push_back(0);
+        bucket_cap.push_back(static_cast<int64_t>(cap_mb * 1024 * 1024));
+        members.emplace_back();
+        open = bucket_key.size() - 1;
+      }
+      members[*open].emplace_back(pi, bucket_bytes[*open] / static_cast<int64_t>(t.element_size()));
+      bucket_bytes[*open] += bytes;
+    }
+    buckets.clear();
+    for (size_t b = 0; b < members.size(); ++b) {
+      Bucket bucket;
+      const auto [dt, dev] = bucket_key[b];
+      const int64_t numel = bucket_bytes[b] / static_cast<int64_t>(dtype_size(dt));
+      bucket.buffer = zeros({numel}, TensorOptions(dt).with_device(dev));
+      for (auto [pi, offset] : members[b]) {
+        params[pi].bucket = b;
+        params[pi].view = bucket_view(bucket.buffer, offset, params[pi].tensor);
+        bucket.params.push_back(pi);
+      }
+      if (opt.gradient_compression && group->size() > 1 && (dt == DType::f32 || dt == DType::f64))
+        bucket.wire = zeros({numel}, TensorOptions(*opt.gradient_compression).with_device(dev));
+      buckets.push_back(std::move(bucket));
+    }
+  }
+
+  // Once, at the end of the first synchronised backward: the buckets in rank 0's ready order
+  // (every rank must launch the same buckets in the same order).
+  void rebuild() {
+    rebuilt = true;
+    if (ready_order.size() != params.size() || solo()) return;
+    Tensor order_t = from_vector(std::vector<int64_t>(ready_order.begin(), ready_order.end()),
+                                 {static_cast<int64_t>(ready_order.size())})
+                         .to(group->tensor_device());
+    group->broadcast(order_t, 0).wait();
+    std::vector<size_t> order;
+    for (int64_t i : order_t.to_vector<int64_t>()) order.push_back(static_cast<size_t>(i));
+    std::vector<size_t> current;
+    for (const Bucket& b : buckets) current.insert(current.end(), b.params.begin(), b.params.end());
+    ready_order.clear();
+    ready_order.shrink_to_fit();
+    if (order == current) return;  // already in that order: same layout
+    // Gradients that live in the old buckets (gradient_as_bucket_view) move to the new ones.
+    std::vector<Tensor> old_views;
+    for (const Param& p : params) old_views.push_back(p.view);
+    lay_out(order);
+    if (opt.gradient_as_bucket_view) {
+      NoGradGuard ng;
+      for (size_t i = 0; i < params.size(); ++i) {
+        Tensor g = params[i].tensor.grad();
+        if (g.defined() && g.data_ptr() == old_views[i].data_ptr()) {
+          params[i].view.copy_(g);
+          params[i].tensor.set_grad(params[i].view);
+        }
       }
     }
   }
@@ -342,50 +425,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   r.group = group_;
   r.opt = options_;
   auto named = module_->named_parameters();
-  std::vector<int64_t> bucket_bytes, bucket_cap;
-  std::vector<std::pair<DType, Device>> bucket_key;
-  std::vector<std::vector<std::pair<size_t, int64_t>>> members;  // (param, offset)
-  for (auto it = named.rbegin(); it != named.rend(); ++it) {
-    const Tensor& t = it->second;
-    if (!t.requires_grad()) continue;
-    const size_t pi = r.params.size();
-    r.params.push_back({it->first, t, 0, Tensor()});
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    // The open bucket of this dtype and device is the last one created with that key.
-    std::optional<size_t> open;
-    for (size_t b = bucket_key.size(); b-- > 0;)
-      if (bucket_key[b] == std::make_pair(t.dtype(), t.device())) {
-        open = b;
-        break;
-      }
-    if (!open || (bucket_bytes[*open] > 0 && bucket_bytes[*open] + bytes > bucket_cap[*open])) {
-      const double cap_mb =
-          bucket_key.empty() ? options_.first_bucket_cap_mb : options_.bucket_cap_mb;
-      bucket_key.emplace_back(t.dtype(), t.device());
-      bucket_bytes.push_back(0);
-      bucket_cap.push_back(static_cast<int64_t>(cap_mb * 1024 * 1024));
-      members.emplace_back();
-      open = bucket_key.size() - 1;
-    }
-    members[*open].emplace_back(pi, bucket_bytes[*open] / static_cast<int64_t>(t.element_size()));
-    bucket_bytes[*open] += bytes;
-  }
-  for (size_t b = 0; b < members.size(); ++b) {
-    Reducer::Bucket bucket;
-    const int64_t numel = bucket_bytes[b] / static_cast<int64_t>(dtype_size(bucket_key[b].first));
-    bucket.buffer =
-        zeros({numel}, TensorOptions(bucket_key[b].first).with_device(bucket_key[b].second));
-    for (auto [pi, offset] : members[b]) {
-      r.params[pi].bucket = b;
-      r.params[pi].view = bucket_view(bucket.buffer, offset, r.params[pi].tensor);
-      bucket.params.push_back(pi);
-    }
-    const DType dt = bucket_key[b].first;
-    if (options_.gradient_compression && g.size() > 1 && (dt == DType::f32 || dt == DType::f64))
-      bucket.wire = zeros(
-          {numel}, TensorOptions(*options_.gradient_compression).with_device(bucket_key[b].second));
-    r.buckets.push_back(std::move(bucket));
-  }
+  for (auto it = named.rbegin(); it != named.rend(); ++it)
+    if (it->second.requires_grad()) r.params.push_back({it->first, it->second, 0, Tensor()});
+  std::vector<size_t> order(r.params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  r.lay_out(order);
   r.ready.assign(r.params.size(), 0);
   std::weak_ptr<Reducer> weak = reducer_;
   for (size_t i = 0; i < r.params.size(); ++i)

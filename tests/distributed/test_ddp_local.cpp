@@ -415,3 +415,75 @@ TEST_CASE("DDP launches a full bucket's all-reduce from the gradient hooks, befo
     CHECK(std::count(log.begin(), log.end(), "all_reduce 4160") == 3);
   }
 }
+
+namespace {
+
+// Three layers registered in the opposite order to their use: `a` runs first in forward, so
+// its gradients are the last ones backward produces, yet reverse registration order puts it
+// in the first bucket.
+class DeclaredBackwards : public nn::Module {
+ public:
+  DeclaredBackwards() : Module("DeclaredBackwards") {
+    c = register_module("c", std::make_shared<nn::Linear>(64, 64));
+    b = register_module("b", std::make_shared<nn::Linear>(64, 64));
+    a = register_module("a", std::make_shared<nn::Linear>(64, 64));
+  }
+  Tensor forward(const Tensor& x) override {
+    return c->forward(relu(b->forward(relu(a->forward(x)))));
+  }
+  std::shared_ptr<nn::Linear> a, b, c;
+};
+
+std::vector<std::string> bucket_order(const DistributedDataParallel& ddp) {
+  std::vector<std::string> out;
+  for (const auto& b : ddp.buckets()) out.push_back(b.parameters.front().substr(0, 1));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("DDP rebuilds its buckets in the gradients' ready order after the first backward",
+          "[distributed][ddp]") {
+  for (bool rebuild : {true, false}) {
+    for (bool as_view : {false, true}) {
+      INFO("rebuild_buckets " << rebuild << ", gradient_as_bucket_view " << as_view);
+      std::vector<std::string> log;
+      RecordingGroup group(log);
+      manual_seed(5);
+      auto m = std::make_shared<DeclaredBackwards>();
+      DistributedDataParallel ddp(m, {.group = &group,
+                                      .bucket_cap_mb = 0.0159,
+                                      .first_bucket_cap_mb = 0.0159,
+                                      .gradient_as_bucket_view = as_view,
+                                      .rebuild_buckets = rebuild});
+      CHECK(bucket_order(ddp) == std::vector<std::string>{"a", "b", "c"});
+      // Logged after DDP's own hooks (registered first) on each of a's two parameters.
+      for (auto& p : m->a->parameters())
+        p.register_hook([&](const Tensor&) { log.push_back("grad a"); });
+      Tensor x = randn({8, 64});
+      // Step 1: bucket 0 (layer a) is complete only when backward ends, and buckets launch
+      // in index order, so every all-reduce waits for it.
+      sum(ddp(x)).backward();
+      REQUIRE(log.size() == 5);
+      CHECK(std::find(log.begin(), log.end(), "grad a") - log.begin() == 0);
+      // The gradients survive the rebuild (a RecordingGroup reduces nothing: own gradients).
+      std::vector<std::vector<float>> grads;
+      for (const auto& p : m->parameters()) grads.push_back(p.grad().to_vector<float>());
+      CHECK(bucket_order(ddp) == (rebuild ? std::vector<std::string>{"c", "b", "a"}
+                                          : std::vector<std::string>{"a", "b", "c"}));
+      // Step 2, the same batch: with the rebuilt buckets c and b are reduced while backward
+      // still runs.
+      log.clear();
+      m->zero_grad();
+      sum(ddp(x)).backward();
+      REQUIRE(log.size() == 5);
+      const auto grad_at = std::find(log.begin(), log.end(), "grad a") - log.begin();
+      if (rebuild)
+        CHECK(grad_at >= 2);
+      else
+        CHECK(grad_at == 0);
+      for (size_t i = 0; i < grads.size(); ++i)
+        CHECK(m->parameters()[i].grad().to_vector<float>() == grads[i]);
+    }
+  }
+}

@@ -58,6 +58,15 @@ struct DDPOptions {
   /// pre-division keeps the sum in the inputs' range). Buckets already in 16 bits are reduced
   /// as they are; a group of one reduces nothing (no rounding). nullopt: full precision.
   std::optional<DType> gradient_compression = std::nullopt;
+  /// After the first synchronised backward, rebuild the buckets once in the order the
+  /// gradients actually became ready there (rank 0's order, broadcast), as PyTorch's DDP does.
+  /// Buckets are launched in index order, so with the initial reverse-registration layout a
+  /// model that registers its layers in another order than it uses them (a head declared
+  /// before the body, an encoder after its decoder) holds every bucket back until its late
+  /// first bucket is complete: no overlap at all. Not done with find_unused_parameters (the
+  /// order can change from step to step). Values are unchanged: only which gradients share a
+  /// bucket and when each is launched.
+  bool rebuild_buckets = true;
 };
 
 class DistributedDataParallel {
