@@ -73,7 +73,9 @@ int main(int argc, char** argv) {
     };
 
     // Median backward time of `forward`'s loss; the slowest rank's median.
-    auto time_backward = [&](const std::function<Tensor(const Tensor&)>& forward) {
+    // `timed` runs after each timed backward.
+    auto time_backward = [&](const std::function<Tensor(const Tensor&)>& forward,
+                             const std::function<void()>& timed = nullptr) {
       std::vector<double> t;
       for (int64_t i = 0; i < warmup + iters; ++i) {
         model->zero_grad();
@@ -83,7 +85,10 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         loss.backward();
         sync();
-        if (i >= warmup) t.push_back(seconds(t0, Clock::now()));
+        if (i >= warmup) {
+          t.push_back(seconds(t0, Clock::now()));
+          if (timed) timed();
+        }
       }
       return distributed::all_reduce_value(train::compute_stats(t).median,
                                            distributed::ReduceOp::Max);
@@ -94,6 +99,11 @@ int main(int argc, char** argv) {
     struct Run {
       double overlap = 0, after = 0, wait_overlap = 0, wire_bytes = 0;
       size_t buckets = 0;
+      // Without overlap (no communication during backward): when backward completed each
+      // bucket, ms after its first gradient hook (median over the timed steps), its MiB, and
+      // the backward's end on the same clock.
+      std::vector<double> ready_ms, bucket_mib;
+      double backward_ms = 0;
       double comm(double base) const { return after - base; }
       double hidden(double base) const {
         const double c = after - base, exposed = overlap - base;
@@ -117,7 +127,20 @@ int main(int argc, char** argv) {
                                                          .overlap = false,
                                                          .gradient_compression = w,
                                                          .rebuild_buckets = !no_rebuild});
-        run.after = time_backward([&](const Tensor& in) { return ddp(in); });
+        std::vector<std::vector<double>> ready;
+        std::vector<double> ends;
+        run.after = time_backward([&](const Tensor& in) { return ddp(in); },
+                                  [&] {
+                                    const auto r = ddp.last_round_timing();
+                                    ready.resize(r.bucket_ready_seconds.size());
+                                    for (size_t b = 0; b < ready.size(); ++b)
+                                      ready[b].push_back(r.bucket_ready_seconds[b] * 1e3);
+                                    ends.push_back(r.backward_seconds * 1e3);
+                                  });
+        for (auto& v : ready) run.ready_ms.push_back(train::compute_stats(v).median);
+        run.backward_ms = train::compute_stats(ends).median;
+        for (const auto& b : ddp.buckets())
+          run.bucket_mib.push_back(static_cast<double>(b.numel) * dtype_size(b.dtype) / (1 << 20));
       }
       return run;
     };
@@ -146,8 +169,21 @@ int main(int argc, char** argv) {
         std::printf("%-36s %10.1f\n", ("DDP " + compression + ", after backward").c_str(),
                     comp->after * 1e3);
       }
-      std::printf("communication %.1f ms, exposed %.1f ms (last wait %.1f ms): %.0f%% hidden\n",
-                  comm * 1e3, exposed * 1e3, wait_overlap * 1e3, 100 * hidden);
+      if (g.size() == 1)
+        std::printf(
+            "a world of one: nothing is communicated, so nothing to hide (run it under "
+            "mpirun or srun for the overlap figures; the bucket times below hold)\n");
+      else
+        std::printf("communication %.1f ms, exposed %.1f ms (last wait %.1f ms): %.0f%% hidden\n",
+                    comm * 1e3, exposed * 1e3, wait_overlap * 1e3, 100 * hidden);
+      std::printf(
+          "buckets completed by backward (no communication running; ms after the first "
+          "gradient, backward ends at %.1f ms):\n",
+          full.backward_ms);
+      std::printf("%8s %10s %12s %14s\n", "bucket", "MiB", "ready ms", "% of backward");
+      for (size_t b = 0; b < full.ready_ms.size() && b < full.bucket_mib.size(); ++b)
+        std::printf("%8zu %10.2f %12.1f %14.1f\n", b, full.bucket_mib[b], full.ready_ms[b],
+                    100 * full.ready_ms[b] / full.backward_ms);
       if (comp)
         std::printf(
             "%s all-reduce: %.1f MiB per step instead of %.1f MiB (%.1f MiB saved); "
@@ -169,7 +205,10 @@ int main(int argc, char** argv) {
             {"buckets", buckets},
             {"backward_ms",
              {{"alone", alone * 1e3}, {"ddp_overlap", overlap * 1e3}, {"ddp_after", after * 1e3}}},
-            {"hidden_fraction", hidden},
+            {"hidden_fraction", g.size() > 1 ? nlohmann::json(hidden) : nlohmann::json()},
+            {"bucket_mib", full.bucket_mib},
+            {"bucket_ready_ms", full.ready_ms},
+            {"backward_from_first_gradient_ms", full.backward_ms},
             {"allreduce_bytes", full.wire_bytes}};
         if (comp)
           report["compression"] = {

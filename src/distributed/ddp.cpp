@@ -126,6 +126,12 @@ struct DistributedDataParallel::Reducer
   size_t next_bucket = 0;
   std::vector<size_t> unused_next;  // found by forward's graph walk (find_unused_parameters)
   double last_wait = 0;
+  // Timing of the round (last_round_timing).
+  std::chrono::steady_clock::time_point round_start;
+  RoundTiming timing;
+  double since_start() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
+  }
   // The order the gradients became ready in this round, until the buckets are rebuilt.
   std::vector<size_t> ready_order;
   bool rebuilt = false;
@@ -148,6 +154,8 @@ struct DistributedDataParallel::Reducer
 
   void start_round() {
     round_active = true;
+    round_start = std::chrono::steady_clock::now();
+    timing.bucket_ready_seconds.assign(buckets.size(), 0.0);
     std::fill(ready.begin(), ready.end(), 0);
     ready_order.clear();
     for (auto& b : buckets) {
@@ -170,7 +178,10 @@ struct DistributedDataParallel::Reducer
     ready[i] = 1;
     if (!rebuilt) ready_order.push_back(i);
     Bucket& b = buckets[params[i].bucket];
-    if (--b.pending == 0 && opt.overlap) launch_in_order();
+    if (--b.pending == 0) {
+      timing.bucket_ready_seconds[params[i].bucket] = since_start();
+      if (opt.overlap) launch_in_order();
+    }
   }
 
   void launch_in_order() {
@@ -197,6 +208,7 @@ struct DistributedDataParallel::Reducer
 
   void finish_round() {
     round_active = false;
+    timing.backward_seconds = since_start();
     std::vector<std::string> missing;
     for (size_t i = 0; i < params.size(); ++i)
       if (!ready[i]) missing.push_back(params[i].name);
@@ -216,7 +228,8 @@ struct DistributedDataParallel::Reducer
       if (ready[i]) continue;
       params[i].view.zero_();
       ready[i] = 1;
-      --buckets[params[i].bucket].pending;
+      if (--buckets[params[i].bucket].pending == 0)
+        timing.bucket_ready_seconds[params[i].bucket] = timing.backward_seconds;
     }
     launch_in_order();
     const auto t0 = std::chrono::steady_clock::now();
@@ -485,6 +498,10 @@ std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::bucket
 }
 
 double DistributedDataParallel::last_wait_seconds() const { return reducer_->last_wait; }
+
+DistributedDataParallel::RoundTiming DistributedDataParallel::last_round_timing() const {
+  return reducer_->timing;
+}
 
 // --- SyncBatchNorm ---------------------------------------------------------------------------
 

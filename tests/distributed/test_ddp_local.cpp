@@ -484,6 +484,20 @@ TEST_CASE("DDP rebuilds its buckets in the gradients' ready order after the firs
         CHECK(grad_at == 0);
       for (size_t i = 0; i < grads.size(); ++i)
         CHECK(m->parameters()[i].grad().to_vector<float>() == grads[i]);
+      // The round's timing: one ready time per bucket, within the backward; rebuilt buckets
+      // complete in their own order, the initial layout's first bucket (layer a) last.
+      const auto timing = ddp.last_round_timing();
+      REQUIRE(timing.bucket_ready_seconds.size() == 3);
+      CHECK(timing.backward_seconds > 0);
+      for (double t : timing.bucket_ready_seconds) {
+        CHECK(t >= 0);
+        CHECK(t <= timing.backward_seconds);
+      }
+      const auto& r = timing.bucket_ready_seconds;
+      if (rebuild)
+        CHECK((r[0] <= r[1] && r[1] <= r[2]));
+      else
+        CHECK((r[2] <= r[1] && r[1] <= r[0]));
     }
   }
 }

@@ -139,6 +139,17 @@ class DistributedDataParallel {
   /// (communication that overlap did not hide).
   double last_wait_seconds() const;
 
+  /// When the last synchronised backward completed each bucket (its last gradient ready),
+  /// in seconds after that backward's first gradient hook, in bucket order (buckets()), and
+  /// when its last node ended (the end-of-backward callback). The per-bucket backward times
+  /// a scaling model needs (docs/scaling.md; `benchmarks/ddp_overlap` prints them). A bucket
+  /// completed only at the end (unused parameters) reads backward_seconds.
+  struct RoundTiming {
+    std::vector<double> bucket_ready_seconds;
+    double backward_seconds = 0;
+  };
+  RoundTiming last_round_timing() const;
+
   struct Reducer;
 
  private:
