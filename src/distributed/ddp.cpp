@@ -16,6 +16,7 @@
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
 #include "src/core/layout.hpp"
+#include "src/distributed/internal.hpp"
 
 namespace dltrain::distributed {
 
@@ -25,7 +26,7 @@ namespace {
 // is dense (so copying a channels-last gradient into it is a straight copy).
 Tensor bucket_view(const Tensor& flat, int64_t offset, const Tensor& like) {
   const bool cl = like.suggest_memory_format() == MemoryFormat::ChannelsLast;
-  return detail::make_view(
+  return ::dltrain::detail::make_view(
       flat, like.shape(),
       cl ? channels_last_strides(like.shape()) : contiguous_strides(like.shape()),
       flat.storage_offset() + offset);
@@ -57,20 +58,6 @@ void broadcast_coalesced(ProcessGroup& g, const std::vector<Tensor>& ts) {
       off += t.numel();
     }
   }
-}
-
-// Rank 0's string on every rank.
-std::string broadcast_string(ProcessGroup& g, const std::string& s) {
-  const TensorOptions i64 = TensorOptions(DType::i64).with_device(g.tensor_device());
-  Tensor len = full({1}, static_cast<double>(s.size()), i64);
-  g.broadcast(len, 0).wait();
-  const int64_t n = len.item<int64_t>();
-  std::vector<uint8_t> bytes(s.begin(), s.end());
-  bytes.resize(static_cast<size_t>(n));
-  Tensor t = from_vector(bytes, {n}).to(g.tensor_device());
-  if (n > 0) g.broadcast(t, 0).wait();
-  auto v = t.to_vector<uint8_t>();
-  return std::string(v.begin(), v.end());
 }
 
 std::vector<std::string> lines(const std::string& s) {
@@ -132,7 +119,8 @@ struct DistributedDataParallel::Reducer
   double since_start() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
   }
-  // The order the gradients became ready in this round, until the buckets are rebuilt.
+  // The order the gradients became ready in this round, until the buckets are rebuilt (true
+  // from the start when no rebuild is wanted: rebuild_buckets off, or find_unused_parameters).
   std::vector<size_t> ready_order;
   bool rebuilt = false;
 
@@ -253,7 +241,7 @@ struct DistributedDataParallel::Reducer
         p.tensor.set_grad(p.view.clone());
       }
     }
-    if (!rebuilt && opt.rebuild_buckets && !opt.find_unused_parameters) rebuild();
+    if (!rebuilt) rebuild();
   }
 
   // Lays the buckets out over `params` in the order `order` lists them: a bucket per dtype
@@ -396,7 +384,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 
   // 1. Every rank must hold the same model: compare with rank 0's description.
   const std::string mine = signature(*module_);
-  const std::string theirs = broadcast_string(g, mine);
+  const std::string theirs = detail::broadcast_string(g, mine);
   std::string difference;
   if (mine != theirs) {
     auto a = lines(mine), b = lines(theirs);
@@ -437,6 +425,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   Reducer& r = *reducer_;
   r.group = group_;
   r.opt = options_;
+  r.rebuilt = !options_.rebuild_buckets || options_.find_unused_parameters;
   auto named = module_->named_parameters();
   for (auto it = named.rbegin(); it != named.rend(); ++it)
     if (it->second.requires_grad()) r.params.push_back({it->first, it->second, 0, Tensor()});

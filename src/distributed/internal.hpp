@@ -36,6 +36,9 @@ struct Work::State {
 
 namespace detail {
 
+/// Rank 0's string on every rank of `g` (two blocking broadcasts: length, then bytes).
+std::string broadcast_string(ProcessGroup& g, const std::string& s);
+
 /// "all_reduce(sum) of 1024 f32 elements (4.0 KiB)": what a timeout message names.
 std::string describe_collective(const char* name, const Tensor& t, const char* extra = nullptr);
 /// "5 s", "0.5 s", "600 s".

@@ -132,6 +132,19 @@ void print_fatal_once(const std::string& message) {
   std::fflush(stderr);
 }
 
+std::string broadcast_string(ProcessGroup& g, const std::string& s) {
+  const TensorOptions i64 = TensorOptions(DType::i64).with_device(g.tensor_device());
+  Tensor len = full({1}, static_cast<double>(s.size()), i64);
+  g.broadcast(len, 0).wait();
+  const int64_t n = len.item<int64_t>();
+  std::vector<uint8_t> bytes(s.begin(), s.end());
+  bytes.resize(static_cast<size_t>(n));
+  Tensor t = from_vector(bytes, {n}).to(g.tensor_device());
+  if (n > 0) g.broadcast(t, 0).wait();
+  auto v = t.to_vector<uint8_t>();
+  return std::string(v.begin(), v.end());
+}
+
 int rank_thread_share(int mask_cpus, int ranks_sharing, int usable) {
   // SLURM_CPUS_PER_TASK (in `usable`) is already one task's share: dividing it again by the
   // ranks that share an unbound mask would leave half the CPUs of two tasks idle.
@@ -488,23 +501,14 @@ void on_main_process(const std::function<void()>& fn) {
       message = "an exception of a non-standard type";
     }
   }
-  // Rank 0's outcome (empty: success) reaches every rank; the broadcast is also what holds
-  // the other ranks until rank 0 is done.
-  Tensor len = full({1}, failure ? static_cast<double>(message.size() + 1) : 0.0,
-                    TensorOptions(DType::i64).with_device(g.tensor_device()));
-  g.broadcast(len, 0).wait();
-  const int64_t n = len.item<int64_t>();
-  if (n > 0) {
-    std::vector<uint8_t> buf(static_cast<size_t>(n), 0);
-    std::copy(message.begin(), message.end(), buf.begin());
-    Tensor t = from_vector(buf, {n}).to(g.tensor_device());
-    g.broadcast(t, 0).wait();
+  // Rank 0's outcome reaches every rank ("" for success; a failure starts with '!' so that
+  // an exception with an empty message still counts); the broadcast also holds the other
+  // ranks until rank 0 is done.
+  const std::string outcome = detail::broadcast_string(g, failure ? "!" + message : "");
+  if (!outcome.empty()) {
     if (failure) std::rethrow_exception(failure);
-    const auto v = t.to_vector<uint8_t>();
-    DLTRAIN_FAIL("distributed::on_main_process: rank 0 failed: ",
-                 std::string(v.begin(), v.end() - 1));
+    DLTRAIN_FAIL("distributed::on_main_process: rank 0 failed: ", outcome.substr(1));
   }
-  g.barrier().wait();
 }
 
 double all_reduce_value(double value, ReduceOp op) {

@@ -145,7 +145,7 @@ void barrier();
 /// Ends MPI cleanly after a barrier (run at exit too). Collectives are invalid afterwards.
 void finalize();
 
-/// Runs `fn` on rank 0 only, then waits for every rank: the way to write a checkpoint, a
+/// Runs `fn` on rank 0 only while every other rank waits for it to finish: the way to write a
 /// report or a log once (`on_main_process([&] { io::save_checkpoint(path, ...); });`), after
 /// which every rank may read what rank 0 wrote. Collective: every rank calls it. When `fn`
 /// throws on rank 0, rank 0 rethrows its exception and every other rank throws
