@@ -15,7 +15,9 @@
 // through it in the input's own layout: no channels-last round trip and no upcast copy.
 // oneDNN's max does not propagate NaN, so an input holding one takes the own kernels; oneDNN's
 // include-pad divisor is the whole kernel, so average pools whose windows reach past the
-// padding (ceil mode) take them too. Ties pick the first maximum in window order, as here.
+// padding (ceil mode) take them too; bf16 pools with overlapping windows take them as well
+// (oneDNN's AVX-512 bf16 backward rounds partial sums to bf16). Ties pick the first maximum
+// in window order, as here.
 //
 // CUDA tensors run the kernels of the dnn family (backend::cuda::*_pool2d_*) on x as laid
 // out, with the output in x's memory format and the same window rules; max_pool2d keeps a
@@ -525,6 +527,13 @@ Tensor pool_dnnl(const char* op, const Tensor& x, const PoolShape& s, backend::c
   using backend::cpu::DnnlPool;
   if (!backend::cpu::dnnl_available() || s.d != Int2(1)) return Tensor();
   if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return Tensor();
+  // bf16 with overlapping windows: an input's gradient is a sum over the windows that hold it,
+  // which must be accumulated in float and rounded to bf16 once (PyTorch's opmath rule, the own
+  // kernels). oneDNN's AVX-512 bf16 backward rounds each partial sum to bf16 (1-2 ulps off;
+  // its AVX2 path goes through f32), so those pools take the own kernels, forward and backward
+  // (the backward needs the forward's indices). Windows that do not overlap give every input
+  // at most one term, which oneDNN rounds once as well.
+  if (x.dtype() == DType::bf16 && (s.k.h > s.s.h || s.k.w > s.s.w)) return Tensor();
   const MemoryFormat fmt = x.suggest_memory_format();
   const backend::cpu::DnnlPoolShape d = dnnl_shape(s, fmt);
   if (!backend::cpu::dnnl_pool2d_supported(d, kind, x.dtype())) return Tensor();

@@ -17,6 +17,11 @@ bool dnnl_enabled();
 /// Turns the oneDNN path on or off for the whole process (benchmarks, tests comparing the
 /// two paths). Turning it on in a build without oneDNN does nothing.
 void set_dnnl_enabled(bool on);
+/// The instruction set oneDNN's kernels use on this CPU, as oneDNN names it ("avx2",
+/// "avx512_core", "avx512_core_bf16", "avx512_core_amx", ...; capped by the environment
+/// variable ONEDNN_MAX_CPU_ISA), or "" without oneDNN. bf16 convolutions take oneDNN from
+/// "avx512_core" on; below it they use the im2col path.
+const char* dnnl_isa();
 
 /// True when this CPU has F16C (and AVX), which the f32 <-> f16 conversions use.
 bool f16c_supported();

@@ -724,6 +724,24 @@ bool dnnl_gemm_f32(char transa, char transb, int64_t M, int64_t N, int64_t K, co
 
 namespace dltrain::cpu {
 bool dnnl_compiled() { return true; }
+const char* dnnl_isa() {
+  // The highest named level the effective ISA reaches (the values are bit sets that grow with
+  // each level; oneDNN 2.6 and 3.x both name these).
+  using dnnl::cpu_isa;
+  const cpu_isa isa = dnnl::get_effective_cpu_isa();
+  constexpr std::pair<cpu_isa, const char*> levels[] = {
+      {cpu_isa::avx512_core_amx, "avx512_core_amx"},
+      {cpu_isa::avx512_core_bf16, "avx512_core_bf16"},
+      {cpu_isa::avx512_core_vnni, "avx512_core_vnni"},
+      {cpu_isa::avx512_core, "avx512_core"},
+      {cpu_isa::avx2, "avx2"},
+      {cpu_isa::avx, "avx"},
+      {cpu_isa::sse41, "sse41"}};
+  for (const auto& [level, name] : levels)
+    if ((static_cast<unsigned>(isa) & static_cast<unsigned>(level)) == static_cast<unsigned>(level))
+      return name;
+  return "unknown";
+}
 bool dnnl_enabled() { return backend::cpu::dnnl_available(); }
 void set_dnnl_enabled(bool on) { backend::cpu::enabled_flag() = on; }
 }  // namespace dltrain::cpu

@@ -42,6 +42,7 @@ bool dnnl_gemm_f32(char, char, int64_t, int64_t, int64_t, const float*, int64_t,
 
 namespace dltrain::cpu {
 bool dnnl_compiled() { return false; }
+const char* dnnl_isa() { return ""; }
 bool dnnl_enabled() { return false; }
 void set_dnnl_enabled(bool) {}
 }  // namespace dltrain::cpu
