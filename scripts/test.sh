@@ -13,17 +13,24 @@ jobs=${JOBS:-2}
 # first tree's cache.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 
+# Each phase says when it starts (minutes since the start), so a CI log shows where the time
+# goes (a cold run: docs/performance.md, "CI time").
+phase() { echo "test.sh: [$((SECONDS / 60)) min $((SECONDS % 60)) s] $*"; }
+phase "setup"
 bash scripts/setup.sh
 
 # This build runs where it is built: -march=native (the library's default is portable), and
 # the GPU architectures of the machines it is tested on (sm_80, sm_90).
+phase "configure and build $build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA="${DLTRAIN_CUDA:-AUTO}" \
   -DDLTRAIN_NATIVE=ON -DDLTRAIN_CUDA_ARCHITECTURES="${DLTRAIN_CUDA_ARCHITECTURES:-80;90}" \
   -DDLTRAIN_BUILD_TESTS=ON -DDLTRAIN_BUILD_BENCHMARKS=ON
 cmake --build "$build" -j "$jobs"
+phase "ctest"
 (cd "$build" && ctest --output-on-failure -j "$jobs")
 
 # Install into a scratch prefix and build the consumer project against it.
+phase "install checks (static, then shared)"
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix/usr" > /dev/null
@@ -79,5 +86,7 @@ LD_LIBRARY_PATH="$(dirname "$so")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix
 # AddressSanitizer + UndefinedBehaviorSanitizer on the CPU tests, the libFuzzer targets, and
 # ThreadSanitizer on the loader and the thread pool (SANITIZE=0 skips them).
 if [[ "${SANITIZE:-1}" != 0 ]]; then
+  phase "sanitizers"
   JOBS=$jobs bash scripts/sanitize.sh
 fi
+phase "done"
