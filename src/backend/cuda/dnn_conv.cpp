@@ -9,7 +9,8 @@
 // cudnnGet*Algorithm_v7's ranking that fits kMaxWorkspace, deterministic ones first. An f32
 // convolution with TF32 switched off never takes a tensor-op algorithm and always runs FMA
 // math, and no f32 convolution takes one that down-converts to f16. The workspace comes from the
-// device's stream-ordered pool per call. Operand pointers below 16-byte alignment (views into
+// device's stream-ordered pool per call; the benchmark's is halved until it fits, on
+// OutOfMemoryError only. Operand pointers below 16-byte alignment (views into
 // larger buffers) are copied to fresh, aligned memory first, since some kernels need it.
 #include <algorithm>
 #include <climits>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "dltrain/backend/cuda.hpp"
+#include "src/backend/cuda/algo_policy.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/backend/cuda/elementwise.hpp"
 #include "src/backend/cuda/handles.hpp"
@@ -134,20 +136,15 @@ const Perf* pick(const Geometry& g, const Perf* perf, int n, size_t limit, bool 
   return nullptr;
 }
 
-// A workspace of at most `want` bytes for cudnnFind*Ex: halves the request until the pool
-// can serve it.
+// A workspace of at most `want` bytes for cudnnFind*Ex: halves the request while the pool
+// reports out-of-memory (halving_allocation).
 Tensor find_workspace(size_t want, Device dev, size_t& got) {
-  for (size_t size = want; size > 0; size /= 2) {
-    try {
-      Tensor ws = empty({static_cast<int64_t>(size)}, TensorOptions(DType::u8).with_device(dev));
-      got = size;
-      return ws;
-    } catch (const Error&) {
-      // out of memory: try half
-    }
-  }
-  got = 0;
-  return Tensor();
+  return halving_allocation(
+      want,
+      [&](size_t size) {
+        return empty({static_cast<int64_t>(size)}, TensorOptions(DType::u8).with_device(dev));
+      },
+      got);
 }
 
 std::string geometry_str(const Geometry& g) {

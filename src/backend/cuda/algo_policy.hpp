@@ -1,0 +1,32 @@
+// A policy of the cuDNN convolution code (dnn_conv.cpp) written without CUDA types, so that it
+// is tested on any machine (tests/core/test_cudnn_policy.cpp): how the benchmark's workspace is
+// sized when memory is short.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "dltrain/core/error.hpp"
+
+namespace dltrain::backend::cuda {
+
+/// `allocate(size)` for size = want, want / 2, want / 4, ... until one succeeds; `got` is that
+/// size (0, and a default-constructed result, when none did). Only OutOfMemoryError (the CUDA
+/// allocator's cudaErrorMemoryAllocation) makes it try half: any other error, a sticky CUDA
+/// fault above all, propagates instead of being taken for a full device.
+template <class Allocate>
+auto halving_allocation(size_t want, Allocate&& allocate, size_t& got) -> decltype(allocate(want)) {
+  for (size_t size = want; size > 0; size /= 2) {
+    try {
+      auto out = allocate(size);
+      got = size;
+      return out;
+    } catch (const OutOfMemoryError&) {
+      // too large for the free memory now: try half
+    }
+  }
+  got = 0;
+  return decltype(allocate(want))();
+}
+
+}  // namespace dltrain::backend::cuda
