@@ -1,6 +1,8 @@
-// The cuDNN convolution policy that needs no GPU (src/backend/cuda/algo_policy.hpp), with a fake
-// allocator: the benchmark's workspace is halved on OutOfMemoryError alone, any other error
-// propagates. The cuDNN calls themselves are in tests/cuda/test_dnn_cuda.cpp.
+// The cuDNN convolution policies that need no GPU (src/backend/cuda/algo_policy.hpp), with fake
+// rankings and a fake allocator: the heuristic's first usable algorithm is taken whatever its
+// determinism (PyTorch's default), deterministic ones only when asked; the benchmark's
+// workspace is halved on OutOfMemoryError alone, any other error propagates. Also the
+// deterministic switch's default. The cuDNN calls themselves are in tests/cuda/test_dnn_cuda.cpp.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -11,7 +13,38 @@
 
 using dltrain::Error;
 using dltrain::OutOfMemoryError;
+using dltrain::backend::cuda::choose_algorithm;
 using dltrain::backend::cuda::halving_allocation;
+
+namespace {
+
+struct Candidate {
+  bool usable;
+  bool deterministic;
+};
+
+int choose(const std::vector<Candidate>& c, bool deterministic_only) {
+  return choose_algorithm(
+      static_cast<int>(c.size()), [&](int i) { return c[static_cast<size_t>(i)].usable; },
+      [&](int i) { return c[static_cast<size_t>(i)].deterministic; }, deterministic_only);
+}
+
+}  // namespace
+
+TEST_CASE("cuDNN algorithm choice: the heuristic's first usable one, deterministic only on request",
+          "[core][cudnn]") {
+  // cuDNN's ranking: fastest first. The first is non-deterministic (an atomics backward-filter
+  // kernel, typically), the second deterministic.
+  const std::vector<Candidate> ranked{{true, false}, {true, true}, {true, true}};
+  CHECK(choose(ranked, false) == 0);  // the former policy took 1 here (deterministic first)
+  CHECK(choose(ranked, true) == 1);
+  // Unusable ones (failed, too much workspace, a forbidden math type) are skipped either way.
+  const std::vector<Candidate> skip{{false, true}, {false, false}, {true, false}, {true, true}};
+  CHECK(choose(skip, false) == 2);
+  CHECK(choose(skip, true) == 3);
+  CHECK(choose({{true, false}, {false, true}}, true) == -1);  // no deterministic one fits
+  CHECK(choose({}, false) == -1);
+}
 
 TEST_CASE("cuDNN workspace search halves on out-of-memory only; other errors propagate",
           "[core][cudnn]") {
@@ -59,4 +92,13 @@ TEST_CASE("cuDNN workspace search halves on out-of-memory only; other errors pro
 
   // OutOfMemoryError is a dltrain::Error: code that catches Error still catches it.
   CHECK_THROWS_AS(throw OutOfMemoryError("x"), Error);
+}
+
+TEST_CASE("CUDA switches: deterministic convolutions default off and toggle", "[core][cudnn]") {
+  namespace cuda = dltrain::cuda;
+  CHECK_FALSE(cuda::cudnn_deterministic());
+  cuda::set_cudnn_deterministic(true);
+  CHECK(cuda::cudnn_deterministic());
+  cuda::set_cudnn_deterministic(false);
+  CHECK_FALSE(cuda::cudnn_deterministic());
 }

@@ -2,7 +2,8 @@
 // the CPU: forward and backward from the same random inputs, NCHW and channels-last, stride,
 // padding, dilation, groups, bias, odd sizes, ceil_mode, count_include_pad; f32 without TF32
 // (tight), with TF32 (looser), f16/bf16 against the CPU f32 result of the same rounded inputs,
-// f64; output memory formats; running statistics; a tiny conv-bn-relu-pool-linear net.
+// f64; output memory formats; running statistics; a tiny conv-bn-relu-pool-linear net;
+// deterministic algorithms.
 // Errors are measured relative to the largest reference value of each tensor.
 // GPU-only: without a GPU tests/cuda/main.cpp exits with ctest's skip code.
 #include <catch2/catch.hpp>
@@ -12,6 +13,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
@@ -452,4 +454,43 @@ TEST_CASE("a small conv-bn-relu-pool-linear net trains the same on CUDA and CPU"
     check(std::string("tiny net") + (cl ? " channels-last" : ""), net, inputs, DType::f32, {},
           2e-4);
   }
+}
+
+namespace {
+
+struct Deterministic {
+  bool prev;
+  explicit Deterministic(bool on) : prev(cuda::cudnn_deterministic()) {
+    cuda::set_cudnn_deterministic(on);
+  }
+  ~Deterministic() { cuda::set_cudnn_deterministic(prev); }
+};
+
+}  // namespace
+
+TEST_CASE("conv2d on CUDA with deterministic algorithms matches the CPU and repeats bit for bit",
+          "[cuda][gpu][deterministic]") {
+  // The default (the heuristic's fastest, whatever its determinism) is what every other conv2d
+  // test here runs.
+  Deterministic det(true);
+  check_conv(conv_cfgs()[7], true, true, 400);
+  check_conv(conv_cfgs()[4], false, false, 410);  // depthwise
+  {
+    Benchmark bench(true);
+    check_conv(conv_cfgs()[7], false, false, 420);
+  }
+  // The weight gradient sums over N * H * W positions (where fast kernels split the sum and
+  // add the parts with atomics): the same inputs give the same bits.
+  const Tensor x = rnd({16, 64, 28, 28}, 5).contiguous(kCL).to(gpu());
+  const Tensor w = rnd({64, 64, 3, 3}, 6, 0.1).contiguous(kCL).to(gpu());
+  const Tensor gy = rnd({16, 64, 28, 28}, 7).contiguous(kCL).to(gpu());
+  auto grads = [&] {
+    Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_();
+    autograd::backward({conv2d(xl, wl, Tensor(), 1, 1)}, {gy});
+    return std::make_pair(wl.grad().to(Device::cpu()).to_vector<float>(),
+                          xl.grad().to(Device::cpu()).to_vector<float>());
+  };
+  const auto first = grads(), second = grads();
+  CHECK(first.first == second.first);
+  CHECK(first.second == second.second);
 }

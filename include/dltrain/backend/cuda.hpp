@@ -148,8 +148,14 @@ void set_pinned_cache_limit(size_t bytes);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 /// cuDNN benchmark mode: time every algorithm once per new convolution shape and keep the
-/// fastest (off: take cuDNN's heuristic first choice).
+/// fastest (off: take cuDNN's heuristic first choice that fits the workspace limit).
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
+/// Deterministic convolutions (PyTorch's torch.backends.cudnn.deterministic): only algorithms
+/// cuDNN reports as deterministic are chosen, in benchmark mode too, so that a run repeats bit
+/// for bit (some backward-filter algorithms accumulate with atomics). Off by default: the
+/// heuristic's (or the benchmark's) fastest algorithm, whatever its determinism.
+void set_cudnn_deterministic(bool on);
+bool cudnn_deterministic();
 
 }  // namespace dltrain::cuda
