@@ -1,10 +1,11 @@
 // The cuDNN convolution policies that need no GPU (src/backend/cuda/algo_policy.hpp), with fake
 // rankings and a fake allocator: the heuristic's first usable algorithm is taken whatever its
 // determinism (PyTorch's default), deterministic ones only when asked; the benchmark's
-// workspace is halved on OutOfMemoryError alone, any other error propagates. Also the
-// deterministic switch's default. The cuDNN calls themselves are in tests/cuda/test_dnn_cuda.cpp.
+// workspace is halved on OutOfMemoryError alone, any other error propagates. Also the CUDA
+// switches' defaults. The cuDNN calls themselves are in tests/cuda/test_dnn_cuda.cpp.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -94,11 +95,18 @@ TEST_CASE("cuDNN workspace search halves on out-of-memory only; other errors pro
   CHECK_THROWS_AS(throw OutOfMemoryError("x"), Error);
 }
 
-TEST_CASE("CUDA switches: deterministic convolutions default off and toggle", "[core][cudnn]") {
+TEST_CASE("CUDA switches: deterministic and bf16 batch norm default off and toggle",
+          "[core][cudnn]") {
   namespace cuda = dltrain::cuda;
   CHECK_FALSE(cuda::cudnn_deterministic());
   cuda::set_cudnn_deterministic(true);
   CHECK(cuda::cudnn_deterministic());
   cuda::set_cudnn_deterministic(false);
   CHECK_FALSE(cuda::cudnn_deterministic());
+  // DLTRAIN_CUDNN_BF16_BN is read once, at the first query; ctest does not set it.
+  if (std::getenv("DLTRAIN_CUDNN_BF16_BN") == nullptr) CHECK_FALSE(cuda::cudnn_bf16_batch_norm());
+  const bool before = cuda::cudnn_bf16_batch_norm();
+  cuda::set_cudnn_bf16_batch_norm(!before);
+  CHECK(cuda::cudnn_bf16_batch_norm() == !before);
+  cuda::set_cudnn_bf16_batch_norm(before);
 }
