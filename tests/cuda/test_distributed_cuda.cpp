@@ -1,6 +1,10 @@
 // The NCCL process group in a world of one (what a single GPU can check), DDP over it with
-// gradients on the GPU, and SyncBatchNorm on CUDA tensors, against the CPU.
+// gradients on the GPU, and SyncBatchNorm on CUDA tensors, against the CPU. Also (hidden, own
+// process: ctest cuda_nccl_watchdog_sticky_error) the watchdog after a sticky CUDA error.
 #include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
 
 #include "cuda_test_util.hpp"
 #include "dltrain/dltrain.hpp"
@@ -90,4 +94,32 @@ TEST_CASE("cuda: DDP over a one-rank NCCL group trains as the bare model; SyncBN
   for (size_t i = 0; i < a.size(); ++i)
     dltrain::test::check_close(b[i].to(Device::cpu()), a[i].to(Device::cpu()), 1e-3, 1e-4,
                                "parameter " + std::to_string(i), 1e-3);
+}
+
+TEST_CASE("cuda: after a sticky CUDA error the NCCL watchdog reports it and the caller gets it",
+          "[.][cuda][nccl][sticky]") {
+  // Hidden (it ruins this process's CUDA context): ctest runs it alone as
+  // cuda_nccl_watchdog_sticky_error. Before, the watchdog's event query threw in its own
+  // thread and the process died in std::terminate.
+  auto g = nccl_one();
+  Tensor t = ones({1 << 20}, kCuda);
+  g->all_reduce(t).wait();
+  cuda::synchronize();
+  // Keep the compute stream busy, then a kernel that writes through a bad device pointer, then
+  // a collective ordered after it: its "done" event can never complete.
+  Tensor busy = zeros({1 << 24}, kCuda);
+  for (int i = 0; i < 200; ++i) add_(busy, 1.0);  // ~10 ms of queued work
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage(reinterpret_cast<void*>(uintptr_t{1} << 40), 4096, kCuda, [](void*) {});
+  impl->shape = {1024};
+  impl->strides = {1};
+  Tensor bad(impl);
+  bad.fill_(1.0);
+  Work w = g->all_reduce(t);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // the watchdog polls every 100 ms
+  CHECK_THROWS_WITH(w.wait(), Catch::Contains("nccl group watchdog") &&
+                                  Catch::Contains("CUDA_LAUNCH_BLOCKING=1"));
+  CHECK_THROWS_WITH(g->all_reduce(t), Catch::Contains("nccl group watchdog"));
+  CHECK_THROWS_AS(g->all_reduce(t), Error);
+  g.reset();  // aborts the communicator instead of waiting on a lost context
 }

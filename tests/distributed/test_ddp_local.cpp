@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <thread>
 
 #include "dltrain/dltrain.hpp"
+#include "src/distributed/internal.hpp"
 #include "tests/gradcheck.hpp"
 
 using namespace dltrain;
@@ -500,4 +502,44 @@ TEST_CASE("DDP rebuilds its buckets in the gradients' ready order after the firs
         CHECK((r[2] <= r[1] && r[1] <= r[0]));
     }
   }
+}
+
+TEST_CASE("a watchdog's poll keeps the error a completion check throws, for the caller",
+          "[distributed][watchdog]") {
+  // A fake pending queue: a completion check that throws stands for cudaEventQuery after a
+  // sticky CUDA error, which used to escape the NCCL watchdog thread into std::terminate.
+  struct Entry {
+    int id;
+    bool done, throws;
+  };
+  auto completed = [](const Entry& e) {
+    if (e.throws)
+      throw Error("cudaEventQuery failed: cudaErrorIllegalAddress (an illegal memory access)");
+    return e.done;
+  };
+  auto describe = [](const Entry& e) { return "collective " + std::to_string(e.id); };
+  std::deque<Entry> q{{0, true, false}, {1, true, false}, {2, false, true}, {3, true, false}};
+  distributed::detail::DeferredError err;
+  CHECK_FALSE(distributed::detail::retire_completed(q, completed, describe, err, "test watchdog",
+                                                    "Advice."));
+  REQUIRE(q.size() == 2);  // the completed prefix was retired, the failing entry kept
+  CHECK(q.front().id == 2);
+  REQUIRE(err.is_set());
+  CHECK_THROWS_AS(err.throw_if_set("wait() on collective 2"), Error);
+  CHECK_THROWS_WITH(err.throw_if_set("wait() on collective 2"),
+                    Catch::StartsWith("wait() on collective 2: test watchdog: checking "
+                                      "collective 2 failed: cudaEventQuery failed") &&
+                        Catch::Contains("Advice."));
+  // Reported once: a later error is neither printed nor kept.
+  CHECK_FALSE(err.set("another failure"));
+  CHECK_THROWS_WITH(err.throw_if_set("x"), !Catch::Contains("another failure"));
+
+  // No error: the completed prefix goes, the watch goes on, nothing is raised.
+  std::deque<Entry> ok{{0, true, false}, {1, false, false}};
+  distributed::detail::DeferredError none;
+  CHECK(distributed::detail::retire_completed(ok, completed, describe, none, "test watchdog",
+                                              "Advice."));
+  CHECK(ok.size() == 1);
+  CHECK_FALSE(none.is_set());
+  CHECK_NOTHROW(none.throw_if_set("x"));
 }
