@@ -125,8 +125,9 @@ struct DistributedDataParallel::Reducer
   bool rebuilt = false;
 
   // In a group of one the average is the gradient itself: no bucket copies, no collective, no
-  // copy back (a single-process run wrapped in DDP pays only the readiness bookkeeping).
-  bool solo() const { return group->size() == 1; }
+  // copy back (a single-process run wrapped in DDP pays only the readiness bookkeeping),
+  // unless reduce_world_of_one asks for the full path.
+  bool solo() const { return group->size() == 1 && !opt.reduce_world_of_one; }
 
   void on_grad(size_t i, const Tensor& grad) {
     if (!sync) return;
@@ -283,7 +284,7 @@ struct DistributedDataParallel::Reducer
         params[pi].view = bucket_view(bucket.buffer, offset, params[pi].tensor);
         bucket.params.push_back(pi);
       }
-      if (opt.gradient_compression && group->size() > 1 && (dt == DType::f32 || dt == DType::f64))
+      if (opt.gradient_compression && !solo() && (dt == DType::f32 || dt == DType::f64))
         bucket.wire = zeros({numel}, TensorOptions(*opt.gradient_compression).with_device(dev));
       buckets.push_back(std::move(bucket));
     }

@@ -1,6 +1,9 @@
 // The NCCL process group in a world of one (what a single GPU can check), DDP over it with
-// gradients on the GPU, and SyncBatchNorm on CUDA tensors, against the CPU. Also (hidden, own
-// process: ctest cuda_nccl_watchdog_sticky_error) the watchdog after a sticky CUDA error.
+// gradients on the GPU, and SyncBatchNorm on CUDA tensors, against the CPU. In a world of one
+// every all-reduce is the identity and DDP skips them, so the tests that must see the real
+// path (bucket copies, NCCL all-reduces and broadcasts, the 16-bit wire) set
+// DDPOptions::reduce_world_of_one. Also (hidden, own process: ctest
+// cuda_nccl_watchdog_sticky_error) the watchdog after a sticky CUDA error.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -94,6 +97,83 @@ TEST_CASE("cuda: DDP over a one-rank NCCL group trains as the bare model; SyncBN
   for (size_t i = 0; i < a.size(); ++i)
     dltrain::test::check_close(b[i].to(Device::cpu()), a[i].to(Device::cpu()), 1e-3, 1e-4,
                                "parameter " + std::to_string(i), 1e-3);
+}
+
+TEST_CASE("cuda: DDP reduce_world_of_one drives NCCL's bucketed all-reduce in a world of one",
+          "[cuda][nccl][ddp]") {
+  // The bare model's gradients against DDP's after the copies into the buckets, one NCCL
+  // all-reduce (average) per bucket on the group's stream, and the copies back; twice, the
+  // second time on the buckets rebuilt (an NCCL broadcast) after the first. cuDNN's
+  // backward-filter kernels may add with atomics, so the two backward passes agree to f32
+  // rounding, not bit for bit: a misplaced bucket view would be off by whole values.
+  auto g = nccl_one();
+  for (bool as_view : {false, true}) {
+    for (bool channels_last : {false, true}) {
+      INFO("gradient_as_bucket_view " << as_view << ", channels-last " << channels_last);
+      manual_seed(3);
+      auto ref = models::resnet18({.num_classes = 4, .cifar_stem = true});
+      manual_seed(3);
+      auto model = models::resnet18({.num_classes = 4, .cifar_stem = true});
+      ref->to(kCuda);
+      model->to(kCuda);
+      if (channels_last) {
+        ref->to(MemoryFormat::ChannelsLast);
+        model->to(MemoryFormat::ChannelsLast);
+      }
+      DistributedDataParallel ddp(model, {.group = g.get(),
+                                          .bucket_cap_mb = 2,
+                                          .first_bucket_cap_mb = 0.5,
+                                          .gradient_as_bucket_view = as_view,
+                                          .reduce_world_of_one = true});
+      REQUIRE(ddp.buckets().size() > 3);
+      Generator gen(5);
+      for (int step = 0; step < 2; ++step) {
+        Tensor x = randn({8, 3, 16, 16}, {}, &gen).to(kCuda);
+        if (channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+        ref->zero_grad();
+        model->zero_grad();
+        sum(ref->forward(x)).backward();
+        sum(ddp(x)).backward();
+        auto a = ref->parameters(), b = model->parameters();
+        for (size_t i = 0; i < a.size(); ++i)
+          dltrain::test::check_close(
+              b[i].grad().to(Device::cpu()), a[i].grad().to(Device::cpu()), 1e-4, 0,
+              "step " + std::to_string(step) + ", gradient " + std::to_string(i), 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda: DDP reduce_world_of_one with bf16 compression rounds through NCCL's bf16 wire",
+          "[cuda][nccl][ddp][compression]") {
+  auto g = nccl_one();
+  manual_seed(4);
+  auto ref = models::resnet18({.num_classes = 4, .cifar_stem = true});
+  manual_seed(4);
+  auto model = models::resnet18({.num_classes = 4, .cifar_stem = true});
+  ref->to(kCuda);
+  model->to(kCuda);
+  DistributedDataParallel ddp(
+      model, {.group = g.get(), .gradient_compression = DType::bf16, .reduce_world_of_one = true});
+  for (const auto& b : ddp.buckets()) CHECK(b.wire_dtype == DType::bf16);
+  Tensor x = randn({8, 3, 16, 16}).to(kCuda);
+  sum(ref->forward(x)).backward();
+  sum(ddp(x)).backward();
+  auto a = ref->parameters(), b = model->parameters();
+  int64_t moved = 0, total = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor want = a[i].grad().to(Device::cpu());
+    const Tensor got = b[i].grad().to(Device::cpu());
+    // bf16 keeps 8 significant bits: within one bf16 ulp (2^-7 relative) of the f32 gradient,
+    // plus the two backward passes' f32 differences.
+    dltrain::test::check_close(got, want, 0x1p-7, 0, "gradient " + std::to_string(i), 1e-4);
+    const auto gv = got.to_vector<float>(), wv = want.to_vector<float>();
+    for (size_t k = 0; k < gv.size(); ++k)
+      moved += std::abs(gv[k] - wv[k]) > 1e-6f * std::abs(wv[k]) ? 1 : 0;
+    total += static_cast<int64_t>(gv.size());
+  }
+  INFO(moved << " of " << total << " gradient elements moved by the bf16 wire");
+  CHECK(moved > total / 2);  // the wire really ran (without it nothing would be rounded)
 }
 
 TEST_CASE("cuda: after a sticky CUDA error the NCCL watchdog reports it and the caller gets it",

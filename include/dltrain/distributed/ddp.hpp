@@ -56,7 +56,8 @@ struct DDPOptions {
   /// for a gradient rounded to 8 (bf16) or 11 (f16) significant bits, each partial sum of the
   /// reduction rounded again. bf16 keeps f32's range; f16 can overflow past 65504 (the
   /// pre-division keeps the sum in the inputs' range). Buckets already in 16 bits are reduced
-  /// as they are; a group of one reduces nothing (no rounding). nullopt: full precision.
+  /// as they are; a group of one reduces nothing (no rounding) unless reduce_world_of_one.
+  /// nullopt: full precision.
   std::optional<DType> gradient_compression = std::nullopt;
   /// After the first synchronised backward, rebuild the buckets once in the order the
   /// gradients actually became ready there (rank 0's order, broadcast), as PyTorch's DDP does.
@@ -67,6 +68,13 @@ struct DDPOptions {
   /// order can change from step to step). Values are unchanged: only which gradients share a
   /// bucket and when each is launched.
   bool rebuild_buckets = true;
+  /// In a group of one the average is the gradient itself, so DDP skips the bucket copies and
+  /// the collectives (and gradient_compression's rounding). True runs the full path anyway:
+  /// gradients copied into the buckets, every bucket all-reduced (compressed when asked), the
+  /// results copied back, the buckets rebuilt with a broadcast. For tests and measurements
+  /// that must drive the real reduction (NCCL on one GPU, MPI on one rank); it costs the
+  /// copies and the collectives' latency.
+  bool reduce_world_of_one = false;
 };
 
 class DistributedDataParallel {
