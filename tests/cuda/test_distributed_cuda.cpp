@@ -2,11 +2,12 @@
 // gradients on the GPU, and SyncBatchNorm on CUDA tensors, against the CPU. In a world of one
 // every all-reduce is the identity and DDP skips them, so the tests that must see the real
 // path (bucket copies, NCCL all-reduces and broadcasts, the 16-bit wire) set
-// DDPOptions::reduce_world_of_one. Also (hidden, own process: ctest
-// cuda_nccl_watchdog_sticky_error) the watchdog after a sticky CUDA error.
+// DDPOptions::reduce_world_of_one. Also DDP's GPU bucket timing, and (hidden, own process:
+// ctest cuda_nccl_watchdog_sticky_error) the watchdog after a sticky CUDA error.
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "cuda_test_util.hpp"
@@ -174,6 +175,88 @@ TEST_CASE("cuda: DDP reduce_world_of_one with bf16 compression rounds through NC
   }
   INFO(moved << " of " << total << " gradient elements moved by the bf16 wire");
   CHECK(moved > total / 2);  // the wire really ran (without it nothing would be rounded)
+}
+
+namespace {
+
+// A small layer `a`, eight heavy matmuls with a constant (no parameters), a small layer `b`:
+// backward completes b's bucket, then spends the GPU's time on the matmuls' input gradients,
+// then completes a's bucket. The host only enqueues those matmuls.
+class HeavyMiddle : public nn::Module {
+ public:
+  HeavyMiddle() : Module("HeavyMiddle") {
+    a = register_module("a", std::make_shared<nn::Linear>(64, 4096));
+    b = register_module("b", std::make_shared<nn::Linear>(4096, 64));
+    heavy = mul(randn({4096, 4096}), 1.0 / 64).to(kCuda);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = a->forward(x);
+    for (int k = 0; k < 8; ++k) h = matmul(h, heavy);
+    return b->forward(h);
+  }
+  std::shared_ptr<nn::Linear> a, b;
+  Tensor heavy;
+};
+
+}  // namespace
+
+TEST_CASE("cuda: DDP's bucket ready times are when the GPU finished them, not when enqueued",
+          "[cuda][ddp][timing]") {
+  struct NoTf32 {  // FMA f32: the matmuls take milliseconds
+    bool prev = cuda::allow_tf32();
+    NoTf32() { cuda::set_allow_tf32(false); }
+    ~NoTf32() { cuda::set_allow_tf32(prev); }
+  } no_tf32;
+  auto g = nccl_one();
+  manual_seed(6);
+  auto model = std::make_shared<HeavyMiddle>();
+  model->to(kCuda);
+  // Caps of 1.01 MiB: [b.bias, b.weight (1 MiB)], [a.bias, a.weight].
+  DistributedDataParallel ddp(
+      model, {.group = g.get(), .bucket_cap_mb = 1.01, .first_bucket_cap_mb = 1.01});
+  REQUIRE(ddp.buckets().size() == 2);
+  REQUIRE(ddp.buckets()[0].parameters.front() == "b.bias");
+  const Tensor x = randn({2048, 64}).to(kCuda);
+  for (int i = 0; i < 2; ++i) {  // warm-up: GEMM plans, the pool, the rebuild
+    model->zero_grad();
+    sum(ddp(x)).backward();
+  }
+  // The eight matmuls' GPU time alone.
+  Tensor h = randn({2048, 4096}).to(kCuda);
+  cuda::synchronize();
+  cuda::Event e0(true), e1(true);
+  e0.record();
+  for (int k = 0; k < 8; ++k) h = matmul(h, model->heavy);
+  e1.record();
+  e1.synchronize();
+  const double heavy_s = e0.elapsed_ms(e1) / 1e3;
+  // The timed round: the host enqueues backward and returns without waiting for the GPU.
+  model->zero_grad();
+  Tensor loss = sum(ddp(x));
+  cuda::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  loss.backward();
+  const double host_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto r = ddp.last_round_timing();  // waits for the round's events
+  REQUIRE(r.bucket_ready_seconds.size() == 2);
+  const double gap = r.bucket_ready_seconds[1] - r.bucket_ready_seconds[0];
+  std::printf(
+      "DDP GPU timing: buckets ready at %.3f and %.3f ms, backward %.3f ms (GPU); the heavy "
+      "matmuls alone %.3f ms; the host's backward() call %.3f ms\n",
+      r.bucket_ready_seconds[0] * 1e3, r.bucket_ready_seconds[1] * 1e3, r.backward_seconds * 1e3,
+      heavy_s * 1e3, host_s * 1e3);
+  INFO("gap " << gap * 1e3 << " ms, matmuls " << heavy_s * 1e3 << " ms, host " << host_s * 1e3
+              << " ms");
+  // a's bucket completes after the matmuls' input gradients have run on the GPU (they cost
+  // what the forward matmuls cost); host enqueue times would put it right after b's.
+  CHECK(gap >= 0.5 * heavy_s);
+  CHECK(r.bucket_ready_seconds[0] >= 0);
+  CHECK(r.backward_seconds >= r.bucket_ready_seconds[1]);
+  // Read twice: the same figures (the events are read once, then kept).
+  const auto again = ddp.last_round_timing();
+  CHECK(again.bucket_ready_seconds == r.bucket_ready_seconds);
+  CHECK(again.backward_seconds == r.backward_seconds);
 }
 
 TEST_CASE("cuda: after a sticky CUDA error the NCCL watchdog reports it and the caller gets it",

@@ -152,6 +152,12 @@ class DistributedDataParallel {
   /// when its last node ended (the end-of-backward callback). The per-bucket backward times
   /// a scaling model needs (docs/scaling.md; `benchmarks/ddp_overlap` prints them). A bucket
   /// completed only at the end (unused parameters) reads backward_seconds.
+  /// CPU buckets are timed on the host clock. CUDA buckets are timed on their GPU: a timing
+  /// event is recorded on the current stream (the one that produced the gradient) at the first
+  /// hook, when each bucket is complete and at the end of backward, so the times are when the
+  /// GPU finished that work, not when the host enqueued it; backward_seconds is then the GPU's
+  /// too. Those events are read here, on demand, which waits for the last one (the training
+  /// step itself never waits for them).
   struct RoundTiming {
     std::vector<double> bucket_ready_seconds;
     double backward_seconds = 0;
