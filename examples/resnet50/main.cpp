@@ -4,11 +4,12 @@
 // RandomResizedCrop + flip for training and Resize + CenterCrop for validation (decoded
 // straight into u8 NHWC batches by the loader's workers, normalised on the training device),
 // validation at each epoch end, a chronometer of per-step data / forward / backward+step times
-// (min, median, std; the GPU is synchronised at each mark), the peak device memory, printing
-// ten times per epoch, and a checkpoint at each epoch end. Under `mpirun -np N` or `srun` it is the
-// course's DDP script: one rank per GPU, each with its share of the images (DistributedSampler)
-// and --batch-size images per step (global batch N x batch size), gradients averaged by
-// DistributedDataParallel, rank 0 printing and writing the checkpoint (slurm/ has job files).
+// (min, median, std; with --test the GPU is synchronised at each mark), the peak device memory,
+// printing ten times per epoch, and a checkpoint at each epoch end. Under `mpirun -np N` or `srun`
+// it is the course's DDP script: one rank per GPU, each with its share of the images
+// (DistributedSampler) and --batch-size images per step (global batch N x batch size), gradients
+// averaged by DistributedDataParallel, rank 0 printing and writing the checkpoint (slurm/ has job
+// files).
 //
 //   resnet50 --data DIR [--arch resnet50] [--batch-size 64] [--epochs 1] [--image-size 224]
 //            [--lr 0.1] [--wd 5e-5] [--mom 0.9] [--label-smoothing 0.1] [--seed 0]
@@ -20,9 +21,9 @@
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
 // The loop is the examples' common one (examples/common/training.hpp): train::Chronometer
-// (device-synchronised marks on a GPU), train::Progress lines, --metrics / --tensorboard through
-// train::MetricsWriter (every step's loss and learning rate, each epoch's validation figures,
-// the hyper-parameters at the end; rank 0 writes, a resumed run appends).
+// (device-synchronised marks on a GPU with --test only), train::Progress lines, --metrics /
+// --tensorboard through train::MetricsWriter (every step's loss and learning rate, each epoch's
+// validation figures, the hyper-parameters at the end; rank 0 writes, a resumed run appends).
 //
 // With --checkpoint, the state is saved at each epoch end (and every N steps with
 // --checkpoint-every), and SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel)
@@ -78,7 +79,10 @@ Args parse(int argc, char** argv) {
   cli::Flags f("resnet50",
                "ResNet-50 on an ImageNet-style JPEG folder, the IDRIS course script's flags: "
                "SGD + OneCycle, label smoothing, validation each epoch, the chronometer; data "
-               "parallel under mpirun or srun.");
+               "parallel under mpirun or srun. On a GPU the chronometer waits for the device at "
+               "each phase mark only with --test (per-phase GPU times, at the cost of the "
+               "overlap of host, GPU and the prefetcher's copies); otherwise it reads the host "
+               "clock alone and the epoch times are the figures to quote.");
   a.add_training(f);
   f.add("--arch", &a.arch, "torchvision ResNet name (resnet18, resnet34, resnet50, ...)");
   f.add("--image-size", &a.image_size, "training crop size (validation: resize 256/224, crop)")
@@ -204,9 +208,11 @@ int main(int argc, char** argv) {
         args.batch_size * ranks, args.lr_scaling());
     const train::ResumePosition start = ckpt.resume(args.resume);
     bool preempted = false;
-    // The course's chronometer: on a GPU its marks wait for the device, so each phase is charged
-    // the GPU work it queued. --profile: a few training steps after warm-up, rank 0 only.
-    train::Chronometer chrono({.device = device});
+    // The course's chronometer: on a GPU with --test its marks wait for the device, so each phase
+    // is charged the GPU work it queued; a full run does not synchronise (six device-wide waits
+    // per step would serialise host and device and stall the prefetcher's copies), so its phase
+    // times are the host's. --profile: a few training steps after warm-up, rank 0 only.
+    train::Chronometer chrono({.device = device, .synchronize = args.test});
     StepProfiler profiler(args.prof, distributed::is_main_process());
     MetricsLog metrics(args);
     train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/1));
@@ -288,7 +294,12 @@ int main(int argc, char** argv) {
     }
 
     if (preempted) return train::kExitRequeue;
-    std::printf("%s", chrono.table(args.prec.describe(device)).c_str());
+    const std::string title =
+        gpu && !args.test
+            ? args.prec.describe(device) +
+                  " (host-side phase times, the GPU not waited for; --test for the GPU's)"
+            : args.prec.describe(device);
+    std::printf("%s", chrono.table(title).c_str());
     if (gpu)
       std::printf("max memory allocated on %s: %.1f MiB\n", device.str().c_str(),
                   static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 20));

@@ -5,13 +5,22 @@
 // a round (one synchronised backward) starts at the first hook and ends in the engine's
 // end-of-backward callback, which always waits for every launched bucket before it returns
 // or throws, so no collective outlives the round that launched it.
+//
+// Timing (last_round_timing): CPU buckets read the host clock when they complete; CUDA
+// buckets record a timing event on the current stream instead (the one the hook's gradient
+// was produced and copied on), against events recorded at the round's first hook and at its
+// end, read only when the timing is asked for. Two sets of events alternate between rounds, so
+// the last finished round's set is intact while the next round records into the other.
 #include "dltrain/distributed/ddp.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <optional>
 #include <unordered_set>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
@@ -113,11 +122,62 @@ struct DistributedDataParallel::Reducer
   size_t next_bucket = 0;
   std::vector<size_t> unused_next;  // found by forward's graph walk (find_unused_parameters)
   double last_wait = 0;
-  // Timing of the round (last_round_timing).
+  // Timing of the round (last_round_timing): host times, CUDA buckets' events, and the last
+  // finished round's (whose CUDA entries are filled in from its events when first asked for).
   std::chrono::steady_clock::time_point round_start;
-  RoundTiming timing;
+  RoundTiming timing, finished_timing;
   double since_start() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
+  }
+  struct GpuRound {
+    uint64_t layout = 0;                            // the layout generation the events belong to
+    std::vector<int> devices;                       // the CUDA devices holding a bucket
+    std::vector<cuda::Event> start, end;            // per device
+    std::vector<std::optional<cuda::Event>> ready;  // per bucket (CUDA buckets only)
+    std::vector<size_t> ready_device;               // per bucket: its index in `devices`
+  };
+  std::array<GpuRound, 2> gpu;
+  int gpu_cur = 0;                // the set this (or the last) round records into
+  std::optional<int> gpu_unread;  // the finished round's set, until last_round_timing reads it
+  uint64_t layout_gen = 1;        // bumped by lay_out
+  bool any_cuda_bucket = false;
+
+  // The event set for a new round, (re)built for the current layout.
+  GpuRound& next_gpu_round() {
+    gpu_cur ^= 1;
+    GpuRound& g = gpu[static_cast<size_t>(gpu_cur)];
+    if (gpu_unread == gpu_cur) gpu_unread.reset();  // unread for two rounds: overwritten
+    if (g.layout == layout_gen) return g;
+    g = GpuRound();
+    g.layout = layout_gen;
+    for (const Bucket& b : buckets) {
+      if (!b.buffer.device().is_cuda()) {
+        g.ready.emplace_back();
+        g.ready_device.push_back(0);
+        continue;
+      }
+      const int dev = b.buffer.device().index;
+      cuda::DeviceGuard guard(dev);
+      g.ready.emplace_back(cuda::Event(/*timing=*/true));
+      auto at = std::find(g.devices.begin(), g.devices.end(), dev);
+      if (at == g.devices.end()) {
+        g.devices.push_back(dev);
+        g.start.emplace_back(true);
+        g.end.emplace_back(true);
+        at = g.devices.end() - 1;
+      }
+      g.ready_device.push_back(static_cast<size_t>(at - g.devices.begin()));
+    }
+    return g;
+  }
+  GpuRound& gpu_round() { return gpu[static_cast<size_t>(gpu_cur)]; }
+
+  // Records bucket b's completion: the host clock, or an event on its device's current stream.
+  void stamp_ready(size_t b, double host_seconds) {
+    timing.bucket_ready_seconds[b] = host_seconds;
+    if (!any_cuda_bucket) return;
+    if (auto& e = gpu_round().ready[b])
+      e->record(cuda::current_stream(buckets[b].buffer.device().index));
   }
   // The order the gradients became ready in this round, until the buckets are rebuilt (true
   // from the start when no rebuild is wanted: rebuild_buckets off, or find_unused_parameters).
@@ -125,8 +185,9 @@ struct DistributedDataParallel::Reducer
   bool rebuilt = false;
 
   // In a group of one the average is the gradient itself: no bucket copies, no collective, no
-  // copy back (a single-process run wrapped in DDP pays only the readiness bookkeeping).
-  bool solo() const { return group->size() == 1; }
+  // copy back (a single-process run wrapped in DDP pays only the readiness bookkeeping),
+  // unless reduce_world_of_one asks for the full path.
+  bool solo() const { return group->size() == 1 && !opt.reduce_world_of_one; }
 
   void on_grad(size_t i, const Tensor& grad) {
     if (!sync) return;
@@ -144,6 +205,11 @@ struct DistributedDataParallel::Reducer
     round_active = true;
     round_start = std::chrono::steady_clock::now();
     timing.bucket_ready_seconds.assign(buckets.size(), 0.0);
+    if (any_cuda_bucket) {
+      GpuRound& g = next_gpu_round();
+      for (size_t d = 0; d < g.devices.size(); ++d)
+        g.start[d].record(cuda::current_stream(g.devices[d]));
+    }
     std::fill(ready.begin(), ready.end(), 0);
     ready_order.clear();
     for (auto& b : buckets) {
@@ -167,7 +233,7 @@ struct DistributedDataParallel::Reducer
     if (!rebuilt) ready_order.push_back(i);
     Bucket& b = buckets[params[i].bucket];
     if (--b.pending == 0) {
-      timing.bucket_ready_seconds[params[i].bucket] = since_start();
+      stamp_ready(params[i].bucket, since_start());
       if (opt.overlap) launch_in_order();
     }
   }
@@ -197,6 +263,11 @@ struct DistributedDataParallel::Reducer
   void finish_round() {
     round_active = false;
     timing.backward_seconds = since_start();
+    if (any_cuda_bucket) {
+      GpuRound& g = gpu_round();
+      for (size_t d = 0; d < g.devices.size(); ++d)
+        g.end[d].record(cuda::current_stream(g.devices[d]));
+    }
     std::vector<std::string> missing;
     for (size_t i = 0; i < params.size(); ++i)
       if (!ready[i]) missing.push_back(params[i].name);
@@ -217,8 +288,10 @@ struct DistributedDataParallel::Reducer
       params[i].view.zero_();
       ready[i] = 1;
       if (--buckets[params[i].bucket].pending == 0)
-        timing.bucket_ready_seconds[params[i].bucket] = timing.backward_seconds;
+        stamp_ready(params[i].bucket, timing.backward_seconds);
     }
+    finished_timing = timing;
+    if (any_cuda_bucket) gpu_unread = gpu_cur;
     launch_in_order();
     const auto t0 = std::chrono::steady_clock::now();
     wait_launched();
@@ -283,10 +356,34 @@ struct DistributedDataParallel::Reducer
         params[pi].view = bucket_view(bucket.buffer, offset, params[pi].tensor);
         bucket.params.push_back(pi);
       }
-      if (opt.gradient_compression && group->size() > 1 && (dt == DType::f32 || dt == DType::f64))
+      if (opt.gradient_compression && !solo() && (dt == DType::f32 || dt == DType::f64))
         bucket.wire = zeros({numel}, TensorOptions(*opt.gradient_compression).with_device(dev));
       buckets.push_back(std::move(bucket));
     }
+    ++layout_gen;  // the next round builds its timing events for these buckets
+    any_cuda_bucket = std::any_of(buckets.begin(), buckets.end(),
+                                  [](const Bucket& b) { return b.buffer.device().is_cuda(); });
+  }
+
+  // The last finished round's timing, its CUDA buckets read from their events (waiting for
+  // the round's end event on each device the first time).
+  RoundTiming read_timing() {
+    if (!gpu_unread) return finished_timing;
+    GpuRound& g = gpu[static_cast<size_t>(*gpu_unread)];
+    gpu_unread.reset();
+    double end_s = 0;
+    for (size_t d = 0; d < g.devices.size(); ++d) {
+      g.end[d].synchronize();
+      end_s = std::max(end_s, g.start[d].elapsed_ms(g.end[d]) / 1e3);
+    }
+    for (size_t b = 0; b < g.ready.size() && b < finished_timing.bucket_ready_seconds.size(); ++b) {
+      if (!g.ready[b]) continue;
+      g.ready[b]->synchronize();
+      finished_timing.bucket_ready_seconds[b] =
+          g.start[g.ready_device[b]].elapsed_ms(*g.ready[b]) / 1e3;
+    }
+    finished_timing.backward_seconds = end_s;
+    return finished_timing;
   }
 
   // Once, at the end of the first synchronised backward: the buckets in rank 0's ready order
@@ -489,7 +586,7 @@ std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::bucket
 double DistributedDataParallel::last_wait_seconds() const { return reducer_->last_wait; }
 
 DistributedDataParallel::RoundTiming DistributedDataParallel::last_round_timing() const {
-  return reducer_->timing;
+  return reducer_->read_timing();
 }
 
 // --- SyncBatchNorm ---------------------------------------------------------------------------

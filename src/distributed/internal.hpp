@@ -82,5 +82,42 @@ int rank_thread_share(int mask_cpus, int ranks_sharing, int usable);
 /// Prints "dltrain: rank R: message" once per process (later calls print nothing).
 void print_fatal_once(const std::string& message);
 
+/// An error a communication thread caught (the NCCL watchdog's event query after a sticky
+/// CUDA error): printed once on stderr, kept, and raised as dltrain::Error on the caller's
+/// side by the next wait() or collective. An exception escaping the thread would end the
+/// process in std::terminate without a word about the fault.
+class DeferredError {
+ public:
+  /// Keeps `message` and prints "dltrain: rank R of N (host): message" on stderr; only the
+  /// first call does either (returns whether this call was it).
+  bool set(const std::string& message);
+  bool is_set() const;
+  /// Throws dltrain::Error "<op>: <message>" when a message was kept.
+  void throw_if_set(const std::string& op) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string message_;
+  bool set_ = false;
+};
+
+/// A watchdog's poll: pops the entries at the front of `pending` while `completed(front)` says
+/// they are done. When `completed` throws, the error goes into `error` as "<thread>: checking
+/// <describe(front)> failed: <what>. <advice>" and false is returned (the caller stops
+/// watching: the fault is reported, and a timeout message about entries that can no longer
+/// complete would only hide it); true otherwise.
+template <class Queue, class Completed, class Describe>
+bool retire_completed(Queue& pending, Completed&& completed, Describe&& describe,
+                      DeferredError& error, const std::string& thread, const std::string& advice) {
+  try {
+    while (!pending.empty() && completed(pending.front())) pending.pop_front();
+    return true;
+  } catch (const std::exception& e) {
+    error.set(thread + ": checking " + describe(pending.front()) + " failed: " + e.what() + ". " +
+              advice);
+    return false;
+  }
+}
+
 }  // namespace detail
 }  // namespace dltrain::distributed

@@ -12,7 +12,11 @@
 // communication with the compute that follows; holding the tensors costs nothing on the GPU.)
 // A watchdog thread retires finished collectives, and when one is still pending after the
 // timeout (or NCCL reports an asynchronous error) it prints which one and aborts the
-// communicator and the job.
+// communicator and the job. When checking a collective's event fails (a sticky CUDA error: an
+// earlier kernel faulted, and the context is lost), it prints the error once, keeps it and
+// stops watching; the caller's next wait() or collective on the group raises it as
+// dltrain::Error (an exception escaping the thread would end the process in std::terminate,
+// hiding the fault), and the destructor aborts the communicator instead of waiting on it.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -76,14 +80,26 @@ ncclRedOp_t nccl_op(ReduceOp op, DType t) {
   return ncclSum;
 }
 
+// What the caller sees of a failure the watchdog caught (detail::DeferredError).
+constexpr const char* kStickyAdvice =
+    "CUDA errors of this kind are sticky: this process's CUDA context can run nothing more. The "
+    "fault is an earlier kernel or copy on this device (an index out of range, a bad pointer); "
+    "rerun with CUDA_LAUNCH_BLOCKING=1 to have it raised where it happens";
+
 struct NcclState final : Work::State {
   cuda::Event done;
   int device = 0;
+  std::string what;
+  std::shared_ptr<detail::DeferredError> error;  // the group's
   void wait() override {
+    error->throw_if_set("wait() on " + what);
     cuda::DeviceGuard g(device);
     done.wait(cuda::current_stream(device));
   }
-  bool completed() const override { return done.query(); }
+  bool completed() const override {
+    error->throw_if_set("is_completed() on " + what);
+    return done.query();
+  }
 };
 
 class NCCLProcessGroup final : public ProcessGroup {
@@ -114,6 +130,10 @@ class NCCLProcessGroup final : public ProcessGroup {
     }
     cv_.notify_all();
     watchdog_.join();
+    if (error_->is_set()) {  // the context is lost: nothing to wait for, nothing to flush
+      ncclCommAbort(comm_);
+      return;
+    }
     try {
       stream_.synchronize();
     } catch (...) {
@@ -191,6 +211,7 @@ class NCCLProcessGroup final : public ProcessGroup {
 
   template <class F>
   Work launch(std::string what, std::vector<Tensor> tensors, F&& enqueue) {
+    error_->throw_if_set(what + " on the nccl group");
     cuda::DeviceGuard g(device_);
     cuda::Event ready;
     ready.record(cuda::current_stream(device_));
@@ -198,6 +219,8 @@ class NCCLProcessGroup final : public ProcessGroup {
     enqueue(static_cast<cudaStream_t>(stream_.handle()));
     auto st = std::make_shared<NcclState>();
     st->device = device_;
+    st->what = what;
+    st->error = error_;
     st->done.record(stream_);
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -211,7 +234,13 @@ class NCCLProcessGroup final : public ProcessGroup {
     std::unique_lock<std::mutex> lk(mu_);
     while (!stop_) {
       cv_.wait_for(lk, std::chrono::milliseconds(100));
-      while (!pending_.empty() && pending_.front().state->completed()) pending_.pop_front();
+      const bool ok = detail::retire_completed(
+          pending_, [](const Pending& p) { return p.state->done.query(); },
+          [](const Pending& p) { return p.what; }, *error_, "nccl group watchdog", kStickyAdvice);
+      if (!ok) {  // reported and kept for the caller; only the destructor is left to wait for
+        cv_.wait(lk, [this] { return stop_; });
+        return;
+      }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       std::string fatal;
@@ -246,6 +275,7 @@ class NCCLProcessGroup final : public ProcessGroup {
   std::condition_variable cv_;
   std::deque<Pending> pending_;
   bool stop_ = false;
+  std::shared_ptr<detail::DeferredError> error_ = std::make_shared<detail::DeferredError>();
 };
 
 }  // namespace

@@ -132,6 +132,32 @@ void print_fatal_once(const std::string& message) {
   std::fflush(stderr);
 }
 
+bool DeferredError::set(const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (set_) return false;
+    set_ = true;
+    message_ = message;
+  }
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  std::fflush(stdout);
+  std::fprintf(stderr, "dltrain: rank %d of %d (%s): %s\n", rank(), world_size(), host,
+               message.c_str());
+  std::fflush(stderr);
+  return true;
+}
+
+bool DeferredError::is_set() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return set_;
+}
+
+void DeferredError::throw_if_set(const std::string& op) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (set_) DLTRAIN_FAIL(op, ": ", message_);
+}
+
 std::string broadcast_string(ProcessGroup& g, const std::string& s) {
   const TensorOptions i64 = TensorOptions(DType::i64).with_device(g.tensor_device());
   Tensor len = full({1}, static_cast<double>(s.size()), i64);

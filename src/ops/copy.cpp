@@ -72,6 +72,15 @@ bool bytes_compatible(const Tensor& dst, const Tensor& src) {
          (dst.strides() == src.strides() || dst.numel() <= 1);
 }
 
+// A copy of `src` in fresh memory: what a copy from a source that overlaps its destination
+// reads instead (the kernels, the memcpy fast path above all, assume disjoint operands).
+Tensor staged_source(const Tensor& src) {
+  NoGradGuard ng;
+  Tensor t = empty(src.shape(), src.suggest_memory_format(), src.options());
+  t.copy_(src);
+  return t;
+}
+
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
@@ -84,6 +93,17 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
                 shape_str(src.shape()), " does not broadcast to destination shape ",
                 shape_str(shape()));
   if (numel() == 0) return *this;
+  // Views of one storage (docs/design.md, "Copies between overlapping views"): the same
+  // elements copy to themselves, a no-op; any other overlap reads a staged copy of the source,
+  // as if it had been read whole before the first write (NumPy's semantics).
+  switch (dltrain::detail::memory_overlap(*this, src)) {
+    case dltrain::detail::Overlap::Full:
+      return *this;
+    case dltrain::detail::Overlap::Partial:
+      return copy_(staged_source(src), non_blocking);
+    case dltrain::detail::Overlap::None:
+      break;
+  }
   if (device().is_cpu() && src.device().is_cpu()) {
     cpu_convert(*this, src);
     return *this;
@@ -232,6 +252,9 @@ Tensor& copy_scaled_(Tensor& dst, const Tensor& src, double scale) {
                 "copy_scaled_: source shape ", shape_str(src.shape()),
                 " does not broadcast to destination shape ", shape_str(dst.shape()));
   if (dst.numel() == 0) return dst;
+  // As copy_: a partly overlapping source is staged; the same elements scale in place.
+  if (dltrain::detail::memory_overlap(dst, src) == dltrain::detail::Overlap::Partial)
+    return copy_scaled_(dst, staged_source(src), scale);
   if (dst.device().is_cuda()) {
     backend::cuda::copy_scaled(dst, src, scale);
     return dst;

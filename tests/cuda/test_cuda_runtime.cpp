@@ -236,3 +236,14 @@ TEST_CASE("pinned pool: statistics, reuse by size class, the cache cap", "[cuda]
   CHECK(cuda::pinned_memory_cached() == 0);  // no caching at limit 0
   cuda::set_pinned_cache_limit(size_t{2} << 30);
 }
+
+TEST_CASE("an allocation beyond the device raises OutOfMemoryError, and the device goes on",
+          "[cuda][gpu][memory]") {
+  // 4 TiB: more than any GPU. cudaErrorMemoryAllocation is not sticky, so code that can do
+  // with less (cuDNN's workspace search) may catch this type alone and try again.
+  const TensorOptions u8 = TensorOptions(DType::u8).with_device(Device::cuda(0));
+  CHECK_THROWS_AS(empty({int64_t(1) << 42}, u8), OutOfMemoryError);
+  CHECK_THROWS_WITH(empty({int64_t(1) << 42}, u8), Catch::Contains("CUDA out of memory"));
+  Tensor t = ones({1000}, Device::cuda(0));
+  CHECK(sum(t).item<double>() == 1000.0);
+}

@@ -2,16 +2,19 @@
 // the CPU: forward and backward from the same random inputs, NCHW and channels-last, stride,
 // padding, dilation, groups, bias, odd sizes, ceil_mode, count_include_pad; f32 without TF32
 // (tight), with TF32 (looser), f16/bf16 against the CPU f32 result of the same rounded inputs,
-// f64; output memory formats; running statistics; a tiny conv-bn-relu-pool-linear net.
+// f64; output memory formats; running statistics; a tiny conv-bn-relu-pool-linear net;
+// deterministic algorithms; cuDNN's direct bf16 batch norm against the f32 copies ("[bf16_bn]").
 // Errors are measured relative to the largest reference value of each tensor.
 // GPU-only: without a GPU tests/cuda/main.cpp exits with ctest's skip code.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
@@ -451,5 +454,213 @@ TEST_CASE("a small conv-bn-relu-pool-linear net trains the same on CUDA and CPU"
     Tf32 off(false);
     check(std::string("tiny net") + (cl ? " channels-last" : ""), net, inputs, DType::f32, {},
           2e-4);
+  }
+}
+
+namespace {
+
+struct Deterministic {
+  bool prev;
+  explicit Deterministic(bool on) : prev(cuda::cudnn_deterministic()) {
+    cuda::set_cudnn_deterministic(on);
+  }
+  ~Deterministic() { cuda::set_cudnn_deterministic(prev); }
+};
+
+}  // namespace
+
+TEST_CASE("conv2d on CUDA with deterministic algorithms matches the CPU and repeats bit for bit",
+          "[cuda][gpu][deterministic]") {
+  // The default (the heuristic's fastest, whatever its determinism) is what every other conv2d
+  // test here runs.
+  Deterministic det(true);
+  check_conv(conv_cfgs()[7], true, true, 400);
+  check_conv(conv_cfgs()[4], false, false, 410);  // depthwise
+  {
+    Benchmark bench(true);
+    check_conv(conv_cfgs()[7], false, false, 420);
+  }
+  // The weight gradient sums over N * H * W positions (where fast kernels split the sum and
+  // add the parts with atomics): the same inputs give the same bits.
+  const Tensor x = rnd({16, 64, 28, 28}, 5).contiguous(kCL).to(gpu());
+  const Tensor w = rnd({64, 64, 3, 3}, 6, 0.1).contiguous(kCL).to(gpu());
+  const Tensor gy = rnd({16, 64, 28, 28}, 7).contiguous(kCL).to(gpu());
+  auto grads = [&] {
+    Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_();
+    autograd::backward({conv2d(xl, wl, Tensor(), 1, 1)}, {gy});
+    return std::make_pair(wl.grad().to(Device::cpu()).to_vector<float>(),
+                          xl.grad().to(Device::cpu()).to_vector<float>());
+  };
+  const auto first = grads(), second = grads();
+  CHECK(first.first == second.first);
+  CHECK(first.second == second.second);
+}
+
+namespace {
+
+struct Bf16Bn {
+  bool prev;
+  explicit Bf16Bn(bool on) : prev(cuda::cudnn_bf16_batch_norm()) {
+    cuda::set_cudnn_bf16_batch_norm(on);
+  }
+  ~Bf16Bn() { cuda::set_cudnn_bf16_batch_norm(prev); }
+};
+
+// One bf16 batch_norm forward and backward on the GPU, through f32 copies (direct = false) or
+// straight on cuDNN's bf16 path; every result on the CPU in f64.
+struct BnOut {
+  Tensor y, gx, gw, gb, rm, rv;
+};
+BnOut bn_bf16(bool direct, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm0,
+              const Tensor& rv0, bool training, const Tensor& gy) {
+  Bf16Bn mode(direct);
+  Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_(),
+         bl = b.detach().requires_grad_();
+  Tensor rm = rm0.clone(), rv = rv0.clone();
+  Tensor y = batch_norm(xl, wl, bl, rm, rv, training, 0.1, 1e-5);
+  REQUIRE(y.dtype() == DType::bf16);
+  REQUIRE(y.suggest_memory_format() == x.suggest_memory_format());
+  autograd::backward({y}, {gy});
+  REQUIRE(xl.grad().dtype() == DType::bf16);
+  auto host = [](const Tensor& t) { return t.detach().to(Device::cpu()).to(DType::f64); };
+  return {host(y), host(xl.grad()), host(wl.grad()), host(bl.grad()), host(rm), host(rv)};
+}
+
+// One bf16 ulp at |v| (the spacing of bf16 numbers in v's binade: 8 significant bits).
+double bf16_ulp(double v) {
+  const double a = std::abs(v);
+  if (a < 0x1p-126) return 0x1p-133;
+  return std::ldexp(1.0, std::ilogb(a) - 7);
+}
+
+// |got - want| <= ulps * bf16_ulp(want) + slack, element by element; returns the largest
+// |got - want| in ulps of want, for the report.
+double check_ulps(const Tensor& got, const Tensor& want, double ulps, double slack,
+                  const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == want.shape());
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  double worst = 0, worst_ulps = 0;
+  size_t at = 0;
+  bool ok = true;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double d = std::abs(g[i] - w[i]), bound = ulps * bf16_ulp(w[i]) + slack;
+    worst_ulps = std::max(worst_ulps, d / bf16_ulp(w[i]));
+    if (!(d <= bound) && (ok || d - bound > worst)) {
+      worst = d - bound;
+      at = i;
+      ok = false;
+    }
+  }
+  std::ostringstream msg;
+  if (!ok)
+    msg << "element " << at << ": direct bf16 " << g[at] << ", via f32 " << w[at] << " (bound "
+        << ulps * bf16_ulp(w[at]) + slack << ")";
+  INFO(msg.str());
+  CHECK(ok);
+  return worst_ulps;
+}
+
+// |got - want| <= bound per channel (f32 results: the statistics and parameter gradients).
+void check_per_channel(const Tensor& got, const Tensor& want, const std::vector<double>& bound,
+                       const std::string& what) {
+  INFO(what);
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (size_t c = 0; c < g.size(); ++c) {
+    INFO("channel " << c << ": direct bf16 " << g[c] << ", via f32 " << w[c] << ", bound "
+                    << bound[c]);
+    CHECK(std::abs(g[c] - w[c]) <= bound[c]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bf16 batch_norm straight on cuDNN is the f32 path to within bf16 rounding",
+          "[cuda][gpu][bf16_bn]") {
+  // The two paths read the same bf16 values (exact in f32) and both compute in f32; the direct
+  // one rounds y and the input gradient to bf16 inside cuDNN, the other after. So each bf16
+  // output may differ by one bf16 ulp (two f32 values on either side of a rounding boundary),
+  // plus what f32 arithmetic in another order can move: a sum of `count` terms is off by at
+  // most count * 2^-24 times the sum of their magnitudes (the bound of any summation order).
+  // The f32 outputs (parameter gradients, running statistics) get that term alone. If cuDNN
+  // kept bf16 intermediates (a bf16 accumulator, a bf16 normalised x), errors would be ~2^-8
+  // relative and fail these bounds: then the f32 copies stay the default (docs/design.md).
+  const double u = 0x1p-24;
+  struct Cfg {
+    Shape shape;
+    bool cl;
+  };
+  for (const Cfg& cfg : {Cfg{{8, 16, 16, 16}, false}, Cfg{{8, 16, 16, 16}, true},
+                         Cfg{{5, 7, 9, 11}, false}, Cfg{{5, 7, 9, 11}, true}}) {
+    for (bool training : {true, false}) {
+      std::ostringstream name;
+      name << "bf16 batch_norm " << shape_str(cfg.shape) << (cfg.cl ? " channels-last" : " NCHW")
+           << (training ? " training" : " eval");
+      INFO(name.str());
+      const int64_t N = cfg.shape[0], C = cfg.shape[1], H = cfg.shape[2], W = cfg.shape[3];
+      const int64_t count = N * H * W;
+      Tensor xh = rnd(cfg.shape, 50, 2.0, 0.5).to(DType::bf16);
+      Tensor gyh = rnd(cfg.shape, 51).to(DType::bf16);
+      if (cfg.cl) {
+        xh = xh.contiguous(kCL);
+        gyh = gyh.contiguous(kCL);
+      }
+      const Tensor wh = rnd({C}, 52, 1.0, 1.0), bh = rnd({C}, 53);
+      Generator g(54);
+      const Tensor rm0 = rnd({C}, 55, 0.1).to(gpu()),
+                   rv0 = add(rand({C}, DType::f32, &g), 0.5).to(gpu());
+      const Tensor x = xh.to(gpu()), gy = gyh.to(gpu()), w = wh.to(gpu()), b = bh.to(gpu());
+      const BnOut ref = bn_bf16(false, x, w, b, rm0, rv0, training, gy);
+      const BnOut got = bn_bf16(true, x, w, b, rm0, rv0, training, gy);
+
+      // Per-channel magnitudes (f64, on the CPU) for the f32 slack terms.
+      const Tensor xd = xh.to(DType::f64), gyd = gyh.to(DType::f64);
+      const Shape red{0, 2, 3};
+      const Tensor mean_b = mean(xd, red), var_b = var(xd, red, /*correction=*/0);
+      const Tensor m = training ? mean_b : rm0.to(Device::cpu()).to(DType::f64);
+      const Tensor v = training ? var_b : rv0.to(Device::cpu()).to(DType::f64);
+      const Tensor invstd = rsqrt(add(v, 1e-5));
+      const Tensor xhat = mul(sub(xd, m.view({1, C, 1, 1})), invstd.view({1, C, 1, 1}));
+      const double max_xhat = max(abs(xhat)).item<double>();
+      const double max_gy = max(abs(gyd)).item<double>();
+      const double max_scale = max(abs(mul(wh.to(DType::f64), invstd))).item<double>();
+      const double max_b = max(abs(bh.to(DType::f64))).item<double>();
+      const auto sum_abs_gy = sum(abs(gyd), red).to_vector<double>();
+      const auto sum_abs_gyx = sum(abs(mul(gyd, xhat)), red).to_vector<double>();
+      const auto sum_abs_x = sum(abs(xd), red).to_vector<double>();
+      const auto sum_x2 = sum(mul(xd, xd), red).to_vector<double>();
+
+      // y = w * (x - mean) * invstd + b: the mean's f32 error (count * u * max|x|) and the
+      // inverse std's (count * u relative, carried by |x - mean| <= 2 max|x|), and the
+      // affine's own rounding. In evaluation the statistics are given: rounding alone.
+      const double k = training ? static_cast<double>(count) : 4.0;
+      const double max_x = max(abs(xd)).item<double>();
+      const double y_slack =
+          k * u * (max_scale * (3 * max_x + 1) + max_b) + 4 * u * (max_scale * max_xhat + max_b);
+      const double y_ulps = check_ulps(got.y, ref.y, 1, y_slack, "y");
+      // gx = w * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)) in training, w * invstd * gy
+      // in evaluation: the means are sums of count terms (errors count * u * max_gy and
+      // count * u * max_gy * max_xhat, the latter multiplied by xhat), xhat and invstd carry
+      // the statistics' count * u, so terms up to max_scale * max_gy * (2 + max_xhat)^2.
+      const double gx_slack = (training ? static_cast<double>(count) : 4.0) * u * max_scale *
+                              max_gy * (2 + max_xhat) * (2 + max_xhat);
+      const double gx_ulps = check_ulps(got.gx, ref.gx, 1, gx_slack, "grad x");
+      std::vector<double> gw_bound(C), gb_bound(C), rm_bound(C), rv_bound(C);
+      const auto rmv = ref.rm.to_vector<double>(), rvv = ref.rv.to_vector<double>();
+      for (int64_t c = 0; c < C; ++c) {
+        const auto cc = static_cast<size_t>(c);
+        gb_bound[cc] = count * u * sum_abs_gy[cc];
+        gw_bound[cc] = count * u * sum_abs_gyx[cc] * 2;  // xhat's own f32 error as much again
+        rm_bound[cc] = 0.1 * count * u * sum_abs_x[cc] / count + 4 * u * std::abs(rmv[cc]);
+        rv_bound[cc] = 0.1 * count * u * 2 * sum_x2[cc] / (count - 1) + 4 * u * std::abs(rvv[cc]);
+      }
+      check_per_channel(got.gw, ref.gw, gw_bound, "grad weight");
+      check_per_channel(got.gb, ref.gb, gb_bound, "grad bias");
+      check_per_channel(got.rm, ref.rm, rm_bound, "running_mean");
+      check_per_channel(got.rv, ref.rv, rv_bound, "running_var");
+      // The first GPU run's evidence for docs/design.md.
+      std::printf("%s: direct vs f32 copies, worst y %.2f ulp, worst grad x %.2f ulp\n",
+                  name.str().c_str(), y_ulps, gx_ulps);
+    }
   }
 }

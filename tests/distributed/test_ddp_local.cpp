@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <thread>
 
 #include "dltrain/dltrain.hpp"
+#include "src/distributed/internal.hpp"
 #include "tests/gradcheck.hpp"
 
 using namespace dltrain;
@@ -350,12 +352,12 @@ TEST_CASE("DDP default buckets: 1 MiB first, then 25 MiB, filled in reverse regi
 
 namespace {
 
-// A group that says it has two ranks and reduces nothing (every rank as rank 0): it records
-// the all-reduces DDP issues, so a test can see when they are launched.
+// A group that says it has two ranks (or `size`) and reduces nothing (every rank as rank 0): it
+// records the all-reduces DDP issues, so a test can see when they are launched.
 class RecordingGroup final : public ProcessGroup {
  public:
-  explicit RecordingGroup(std::vector<std::string>& log)
-      : ProcessGroup(0, 2, std::chrono::seconds(30)), log_(log) {}
+  explicit RecordingGroup(std::vector<std::string>& log, int size = 2)
+      : ProcessGroup(0, size, std::chrono::seconds(30)), log_(log) {}
   const char* backend() const override { return "recording"; }
   Work all_reduce(const Tensor& t, ReduceOp) override {
     log_.push_back("all_reduce " + std::to_string(t.numel()));
@@ -365,7 +367,8 @@ class RecordingGroup final : public ProcessGroup {
   Work all_gather(const Tensor& output, const Tensor& input) override {
     NoGradGuard ng;
     Tensor o = output;
-    o.copy_(cat({input.reshape({-1}), input.reshape({-1})}).view(output.shape()));
+    o.copy_(cat(std::vector<Tensor>(static_cast<size_t>(size()), input.reshape({-1})))
+                .view(output.shape()));
     return Work();
   }
   Work reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { return Work(); }
@@ -500,4 +503,122 @@ TEST_CASE("DDP rebuilds its buckets in the gradients' ready order after the firs
         CHECK((r[2] <= r[1] && r[1] <= r[0]));
     }
   }
+}
+
+TEST_CASE("DDP reduce_world_of_one: a group of one copies, reduces and copies back anyway",
+          "[distributed][ddp]") {
+  // Caps of 524 B: [linear bias], [linear weight (768 B, alone)], [conv bias, conv weight].
+  const double cap = 0.0005;
+  Tensor x = randn({4, 1, 8, 8});
+  for (bool option : {false, true}) {
+    for (bool as_view : {false, true}) {
+      for (bool recording : {true, false}) {
+        INFO("reduce_world_of_one " << option << ", gradient_as_bucket_view " << as_view << ", "
+                                    << (recording ? "recording group" : "local group"));
+        std::vector<std::string> log;
+        RecordingGroup rec(log, /*size=*/1);
+        auto local = new_local_group(std::chrono::seconds(10));
+        ProcessGroup* g = recording ? static_cast<ProcessGroup*>(&rec) : local.get();
+        auto ref = small_cnn(false), m = small_cnn(false);
+        copy_weights(*m, *ref);
+        DistributedDataParallel ddp(m, {.group = g,
+                                        .bucket_cap_mb = cap,
+                                        .first_bucket_cap_mb = cap,
+                                        .gradient_as_bucket_view = as_view,
+                                        .reduce_world_of_one = option});
+        REQUIRE(ddp.buckets().size() == 3);
+        // Two steps: the second runs on the buckets rebuilt after the first.
+        for (int step = 0; step < 2; ++step) {
+          log.clear();
+          ref->zero_grad();
+          m->zero_grad();
+          sum(ref->forward(x)).backward();
+          sum(ddp(x)).backward();
+          if (recording)
+            CHECK(std::count_if(log.begin(), log.end(), [](const std::string& e) {
+                    return e.rfind("all_reduce", 0) == 0;
+                  }) == (option ? 3 : 0));
+          // Copies into the buckets and back are exact, and a reduction over one rank is the
+          // identity: the bare model's gradients bit for bit.
+          auto pr = ref->parameters(), pm = m->parameters();
+          for (size_t i = 0; i < pr.size(); ++i) {
+            INFO("step " << step << ", parameter " << i);
+            REQUIRE(pm[i].grad().defined());
+            CHECK(pm[i].grad().to_vector<float>() == pr[i].grad().to_vector<float>());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("DDP reduce_world_of_one with gradient_compression rounds through the 16-bit wire",
+          "[distributed][ddp][compression]") {
+  Tensor x = randn({4, 1, 8, 8});
+  for (bool option : {false, true}) {
+    INFO("reduce_world_of_one " << option);
+    std::vector<std::string> log;
+    RecordingGroup g(log, /*size=*/1);
+    auto ref = small_cnn(false), m = small_cnn(false);
+    copy_weights(*m, *ref);
+    DistributedDataParallel ddp(
+        m, {.group = &g, .gradient_compression = DType::bf16, .reduce_world_of_one = option});
+    for (const auto& b : ddp.buckets()) CHECK(b.wire_dtype == (option ? DType::bf16 : DType::f32));
+    sum(ref->forward(x)).backward();
+    sum(ddp(x)).backward();
+    auto pr = ref->parameters(), pm = m->parameters();
+    int64_t rounded = 0, total = 0;
+    for (size_t i = 0; i < pr.size(); ++i) {
+      const Tensor want = option ? pr[i].grad().to(DType::bf16).to(DType::f32) : pr[i].grad();
+      CHECK(pm[i].grad().to_vector<float>() == want.to_vector<float>());
+      const auto a = pm[i].grad().to_vector<float>(), b = pr[i].grad().to_vector<float>();
+      for (size_t k = 0; k < a.size(); ++k) rounded += a[k] != b[k] ? 1 : 0;
+      total += static_cast<int64_t>(a.size());
+    }
+    // The wire really ran: most f32 gradients are not bf16 numbers.
+    if (option)
+      CHECK(rounded > total / 2);
+    else
+      CHECK(rounded == 0);
+  }
+}
+
+TEST_CASE("a watchdog's poll keeps the error a completion check throws, for the caller",
+          "[distributed][watchdog]") {
+  // A fake pending queue: a completion check that throws stands for cudaEventQuery after a
+  // sticky CUDA error, which used to escape the NCCL watchdog thread into std::terminate.
+  struct Entry {
+    int id;
+    bool done, throws;
+  };
+  auto completed = [](const Entry& e) {
+    if (e.throws)
+      throw Error("cudaEventQuery failed: cudaErrorIllegalAddress (an illegal memory access)");
+    return e.done;
+  };
+  auto describe = [](const Entry& e) { return "collective " + std::to_string(e.id); };
+  std::deque<Entry> q{{0, true, false}, {1, true, false}, {2, false, true}, {3, true, false}};
+  distributed::detail::DeferredError err;
+  CHECK_FALSE(distributed::detail::retire_completed(q, completed, describe, err, "test watchdog",
+                                                    "Advice."));
+  REQUIRE(q.size() == 2);  // the completed prefix was retired, the failing entry kept
+  CHECK(q.front().id == 2);
+  REQUIRE(err.is_set());
+  CHECK_THROWS_AS(err.throw_if_set("wait() on collective 2"), Error);
+  CHECK_THROWS_WITH(err.throw_if_set("wait() on collective 2"),
+                    Catch::StartsWith("wait() on collective 2: test watchdog: checking "
+                                      "collective 2 failed: cudaEventQuery failed") &&
+                        Catch::Contains("Advice."));
+  // Reported once: a later error is neither printed nor kept.
+  CHECK_FALSE(err.set("another failure"));
+  CHECK_THROWS_WITH(err.throw_if_set("x"), !Catch::Contains("another failure"));
+
+  // No error: the completed prefix goes, the watch goes on, nothing is raised.
+  std::deque<Entry> ok{{0, true, false}, {1, false, false}};
+  distributed::detail::DeferredError none;
+  CHECK(distributed::detail::retire_completed(ok, completed, describe, none, "test watchdog",
+                                              "Advice."));
+  CHECK(ok.size() == 1);
+  CHECK_FALSE(none.is_set());
+  CHECK_NOTHROW(none.throw_if_set("x"));
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "dltrain/dltrain.hpp"
+#include "src/distributed/internal.hpp"
 
 using namespace dltrain;
 using namespace dltrain::distributed;
@@ -427,5 +428,58 @@ TEST_CASE("DDP gradient_compression: training stays within the measured bound of
     CHECK(drift > 0);  // the reduction did run in 16 bits
     CHECK(drift <= 10 * measured);
     CHECK(all_reduce_value(drift, ReduceOp::Max) == drift);  // the same weights on every rank
+  }
+}
+
+namespace {
+const Data& f32_data() { return data(DType::f32); }
+}  // namespace
+
+TEST_CASE("DDP reduce_world_of_one drives a real MPI group, a world of one included",
+          "[mpi][ddp][world1]") {
+  // Under `mpirun -np 1` (ctest mpi_np1) init() makes the local group, since a world of one
+  // needs no MPI; this case starts MPI itself so that DDP reduces over an MPI group of one
+  // rank (main.cpp finalises it). On N ranks it takes the default MPI group.
+  std::shared_ptr<ProcessGroup> own;
+  ProcessGroup* g = &default_group();
+  if (std::string(g->backend()) != "mpi") {
+    REQUIRE(g->size() == 1);
+    distributed::detail::mpi_init();
+    own = new_mpi_group(std::chrono::seconds(120));
+    g = own.get();
+  }
+  REQUIRE(std::string(g->backend()) == "mpi");
+  const int n = g->size();
+  const Data& d = f32_data();
+  // Every rank the same batch, so the average is each rank's own gradient.
+  Tensor x = d.x.narrow(0, 0, kBatch), y = d.y.narrow(0, 0, kBatch);
+  for (const std::optional<DType> wire :
+       {std::optional<DType>(), std::optional<DType>(DType::bf16)}) {
+    if (wire && n > 1) continue;  // the multi-rank compression tests are above
+    INFO("world of " << n << ", gradient_compression " << (wire ? "bf16" : "none"));
+    auto ref = fm_cnn(false, DType::f32), model = fm_cnn(false, DType::f32);
+    DistributedDataParallel ddp(model, {.group = g,
+                                        .bucket_cap_mb = 0.05,
+                                        .first_bucket_cap_mb = 0.01,
+                                        .gradient_compression = wire,
+                                        .reduce_world_of_one = true});
+    REQUIRE(ddp.buckets().size() > 2);
+    for (const auto& b : ddp.buckets()) CHECK(b.wire_dtype == wire.value_or(DType::f32));
+    cross_entropy(ref->forward(x), y).backward();
+    cross_entropy(ddp(x), y).backward();
+    auto pr = ref->parameters(), pm = model->parameters();
+    for (size_t i = 0; i < pr.size(); ++i) {
+      INFO("parameter " << i);
+      const Tensor want = wire ? pr[i].grad().to(*wire).to(DType::f32) : pr[i].grad();
+      const auto got = pm[i].grad().to_vector<float>(), w = want.to_vector<float>();
+      if (n <= 2) {
+        // One rank: copies and a one-rank MPI reduction, exact. Two: (g + g) / 2 is exact.
+        CHECK(got == w);
+      } else {
+        // Three: g + g + g rounds once, the division once more: within 2 ulp.
+        for (size_t k = 0; k < got.size(); ++k)
+          CHECK(std::abs(got[k] - w[k]) <= 2 * 0x1p-23f * std::abs(w[k]));
+      }
+    }
   }
 }

@@ -148,8 +148,22 @@ void set_pinned_cache_limit(size_t bytes);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 /// cuDNN benchmark mode: time every algorithm once per new convolution shape and keep the
-/// fastest (off: take cuDNN's heuristic first choice).
+/// fastest (off: take cuDNN's heuristic first choice that fits the workspace limit).
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
+/// Deterministic convolutions (PyTorch's torch.backends.cudnn.deterministic): only algorithms
+/// cuDNN reports as deterministic are chosen, in benchmark mode too, so that a run repeats bit
+/// for bit (some backward-filter algorithms accumulate with atomics). Off by default: the
+/// heuristic's (or the benchmark's) fastest algorithm, whatever its determinism.
+void set_cudnn_deterministic(bool on);
+bool cudnn_deterministic();
+/// bf16 batch norm straight on cuDNN (bf16 x, y and gradients; f32 statistics, scale and
+/// bias) instead of through f32 copies of x, y and the gradients (three extra passes over
+/// each BN layer's activations). Off by default until a GPU run of tests/cuda's "[bf16_bn]"
+/// comparison has confirmed cuDNN's bf16 path to within bf16 rounding of the f32 one
+/// (docs/design.md, "bf16 batch norm"); the environment variable DLTRAIN_CUDNN_BF16_BN=1 (or
+/// 0) sets the initial value.
+void set_cudnn_bf16_batch_norm(bool on);
+bool cudnn_bf16_batch_norm();
 
 }  // namespace dltrain::cuda

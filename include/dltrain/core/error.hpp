@@ -19,6 +19,15 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+/// A device (or pinned host) allocation that failed for lack of memory: the CUDA allocator's
+/// cudaErrorMemoryAllocation. A distinct type so that code that can do with less (cuDNN's
+/// workspace search) retries on it alone, while every other failure (a sticky CUDA error, a
+/// bad argument) propagates.
+class OutOfMemoryError : public Error {
+ public:
+  explicit OutOfMemoryError(const std::string& msg) : Error(msg) {}
+};
+
 namespace detail {
 /// Concatenates any streamable arguments into one string (used by DLTRAIN_CHECK).
 template <class... Args>

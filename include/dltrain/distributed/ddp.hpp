@@ -56,7 +56,8 @@ struct DDPOptions {
   /// for a gradient rounded to 8 (bf16) or 11 (f16) significant bits, each partial sum of the
   /// reduction rounded again. bf16 keeps f32's range; f16 can overflow past 65504 (the
   /// pre-division keeps the sum in the inputs' range). Buckets already in 16 bits are reduced
-  /// as they are; a group of one reduces nothing (no rounding). nullopt: full precision.
+  /// as they are; a group of one reduces nothing (no rounding) unless reduce_world_of_one.
+  /// nullopt: full precision.
   std::optional<DType> gradient_compression = std::nullopt;
   /// After the first synchronised backward, rebuild the buckets once in the order the
   /// gradients actually became ready there (rank 0's order, broadcast), as PyTorch's DDP does.
@@ -67,6 +68,13 @@ struct DDPOptions {
   /// order can change from step to step). Values are unchanged: only which gradients share a
   /// bucket and when each is launched.
   bool rebuild_buckets = true;
+  /// In a group of one the average is the gradient itself, so DDP skips the bucket copies and
+  /// the collectives (and gradient_compression's rounding). True runs the full path anyway:
+  /// gradients copied into the buckets, every bucket all-reduced (compressed when asked), the
+  /// results copied back, the buckets rebuilt with a broadcast. For tests and measurements
+  /// that must drive the real reduction (NCCL on one GPU, MPI on one rank); it costs the
+  /// copies and the collectives' latency.
+  bool reduce_world_of_one = false;
 };
 
 class DistributedDataParallel {
@@ -144,6 +152,12 @@ class DistributedDataParallel {
   /// when its last node ended (the end-of-backward callback). The per-bucket backward times
   /// a scaling model needs (docs/scaling.md; `benchmarks/ddp_overlap` prints them). A bucket
   /// completed only at the end (unused parameters) reads backward_seconds.
+  /// CPU buckets are timed on the host clock. CUDA buckets are timed on their GPU: a timing
+  /// event is recorded on the current stream (the one that produced the gradient) at the first
+  /// hook, when each bucket is complete and at the end of backward, so the times are when the
+  /// GPU finished that work, not when the host enqueued it; backward_seconds is then the GPU's
+  /// too. Those events are read here, on demand, which waits for the last one (the training
+  /// step itself never waits for them).
   struct RoundTiming {
     std::vector<double> bucket_ready_seconds;
     double backward_seconds = 0;

@@ -1,15 +1,18 @@
 // conv2d forward, backward-data and backward-filter on cuDNN's convolution API (see dnn.hpp).
 //
 // One cache entry per (direction, device, dtype, layout, sizes, conv parameters, TF32 flag,
-// benchmark flag) holds the tensor, filter and convolution descriptors and the chosen
-// algorithm with its math type and workspace size; entries are built once under the cache
+// benchmark flag, deterministic flag) holds the tensor, filter and convolution descriptors and the
+// chosen algorithm with its math type and workspace size; entries are built once under the cache
 // lock and never change afterwards, so concurrent calls may share them. Algorithm choice:
 // in benchmark mode (dltrain::cuda::cudnn_benchmark()) cudnnFind*AlgorithmEx times every
 // algorithm once on the call's own buffers and the fastest wins; otherwise the first of
-// cudnnGet*Algorithm_v7's ranking that fits kMaxWorkspace, deterministic ones first. An f32
+// cudnnGet*Algorithm_v7's ranking (the heuristic's fastest first) that fits kMaxWorkspace, as
+// PyTorch does with cudnn.deterministic off. cuda::set_cudnn_deterministic(true) restricts
+// both to the algorithms cuDNN reports as deterministic (algo_policy.hpp). An f32
 // convolution with TF32 switched off never takes a tensor-op algorithm and always runs FMA
 // math, and no f32 convolution takes one that down-converts to f16. The workspace comes from the
-// device's stream-ordered pool per call. Operand pointers below 16-byte alignment (views into
+// device's stream-ordered pool per call; the benchmark's is halved until it fits, on
+// OutOfMemoryError only. Operand pointers below 16-byte alignment (views into
 // larger buffers) are copied to fresh, aligned memory first, since some kernels need it.
 #include <algorithm>
 #include <climits>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "dltrain/backend/cuda.hpp"
+#include "src/backend/cuda/algo_policy.hpp"
 #include "src/backend/cuda/dnn.hpp"
 #include "src/backend/cuda/elementwise.hpp"
 #include "src/backend/cuda/handles.hpp"
@@ -120,34 +124,31 @@ bool math_ok(const Geometry& g, cudnnMathType_t m) {
   return dltrain::cuda::allow_tf32() || m != CUDNN_TENSOR_OP_MATH;
 }
 
-// Picks from a perf list (cuDNN's order): the first usable one within `limit` bytes,
-// deterministic ones first unless `fastest` (benchmark results are sorted by time).
+// Picks from a perf list in cuDNN's order (the heuristic's ranking, or benchmark results
+// sorted by time): the first usable one within `limit` bytes, deterministic only when
+// cuda::cudnn_deterministic() (choose_algorithm).
 template <class Perf>
-const Perf* pick(const Geometry& g, const Perf* perf, int n, size_t limit, bool fastest) {
-  for (int pass = fastest ? 1 : 0; pass < 2; ++pass)
-    for (int i = 0; i < n; ++i) {
-      const Perf& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit || !math_ok(g, r.mathType)) continue;
-      if (pass == 0 && r.determinism != CUDNN_DETERMINISTIC) continue;
-      return &r;
-    }
-  return nullptr;
+const Perf* pick(const Geometry& g, const Perf* perf, int n, size_t limit) {
+  const int i = choose_algorithm(
+      n,
+      [&](int k) {
+        return perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= limit &&
+               math_ok(g, perf[k].mathType);
+      },
+      [&](int k) { return perf[k].determinism == CUDNN_DETERMINISTIC; },
+      dltrain::cuda::cudnn_deterministic());
+  return i < 0 ? nullptr : &perf[i];
 }
 
-// A workspace of at most `want` bytes for cudnnFind*Ex: halves the request until the pool
-// can serve it.
+// A workspace of at most `want` bytes for cudnnFind*Ex: halves the request while the pool
+// reports out-of-memory (halving_allocation).
 Tensor find_workspace(size_t want, Device dev, size_t& got) {
-  for (size_t size = want; size > 0; size /= 2) {
-    try {
-      Tensor ws = empty({static_cast<int64_t>(size)}, TensorOptions(DType::u8).with_device(dev));
-      got = size;
-      return ws;
-    } catch (const Error&) {
-      // out of memory: try half
-    }
-  }
-  got = 0;
-  return Tensor();
+  return halving_allocation(
+      want,
+      [&](size_t size) {
+        return empty({static_cast<int64_t>(size)}, TensorOptions(DType::u8).with_device(dev));
+      },
+      got);
 }
 
 std::string geometry_str(const Geometry& g) {
@@ -207,13 +208,17 @@ void build(Entry& e, Dir dir, const Geometry& g, const Buffers& buf, int dev,
       Tensor ws = find_workspace(want, device, got);
       int found = 0;
       DLTRAIN_CUDNN_CHECK(find(count, &found, perf, got > 0 ? ws.data_ptr() : nullptr, got));
-      chosen = pick(g, perf, found, got, true);
+      chosen = pick(g, perf, found, got);
     } else {
-      chosen = pick(g, perf, returned, kMaxWorkspace, false);
+      chosen = pick(g, perf, returned, kMaxWorkspace);
     }
-    DLTRAIN_CHECK(chosen != nullptr, dir_name(dir), " on CUDA: cuDNN offers no algorithm for ",
+    DLTRAIN_CHECK(chosen != nullptr, dir_name(dir), " on CUDA: cuDNN offers no ",
+                  dltrain::cuda::cudnn_deterministic() ? "deterministic " : "", "algorithm for ",
                   geometry_str(g),
-                  " within a workspace of 1 GiB; try another memory format or dtype");
+                  " within a workspace of 1 GiB; try another memory format or dtype",
+                  dltrain::cuda::cudnn_deterministic()
+                      ? ", or allow non-deterministic ones (cuda::set_cudnn_deterministic(false))"
+                      : "");
     // f32 without TF32 runs FMA math whatever the ranking reported (cuDNN's default math may
     // use TF32); everything else runs the math type the algorithm was ranked with.
     const bool fma_only = g.dtype == DType::f32 && !dltrain::cuda::allow_tf32();
@@ -302,7 +307,8 @@ const Entry& entry_for(Dir dir, const Geometry& g, const Buffers& buf, int dev,
                                  g.p.dilation.w,
                                  g.p.groups,
                                  dltrain::cuda::allow_tf32(),
-                                 dltrain::cuda::cudnn_benchmark()};
+                                 dltrain::cuda::cudnn_benchmark(),
+                                 dltrain::cuda::cudnn_deterministic()};
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   std::unique_ptr<Entry>& slot = c.entries[key];

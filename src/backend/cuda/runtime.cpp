@@ -291,12 +291,12 @@ std::shared_ptr<void> allocate(size_t nbytes, Device device) {
     (void)cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    DLTRAIN_FAIL(
+    throw OutOfMemoryError(::dltrain::detail::cat(
         "CUDA out of memory on ", device, ": tried to allocate ", nbytes, " bytes; tensors hold ",
         st.allocated.load(), " bytes (peak ", st.peak.load(), "), the device has ", free_b, " of ",
         total_b,
         " bytes free; reduce the batch size, or train in mixed precision (amp::autocast with f16 "
-        "or bf16 halves activation memory; --amp in the examples)");
+        "or bf16 halves activation memory; --amp in the examples)"));
   }
   DLTRAIN_CUDA_CHECK(err);
   const int64_t now =
@@ -333,10 +333,12 @@ std::shared_ptr<void> allocate_pinned(size_t nbytes) {
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       std::lock_guard<std::mutex> lock(pool.mu);
-      DLTRAIN_FAIL("cudaHostAlloc of ", cls,
-                   " bytes of pinned memory failed: ", cudaGetErrorString(err), " (", pool.in_use,
-                   " bytes pinned by live tensors, ", pool.cache.cached(),
-                   " cached); lower num_workers/prefetch_factor or pin less");
+      const std::string msg = ::dltrain::detail::cat(
+          "cudaHostAlloc of ", cls, " bytes of pinned memory failed: ", cudaGetErrorString(err),
+          " (", pool.in_use, " bytes pinned by live tensors, ", pool.cache.cached(),
+          " cached); lower num_workers/prefetch_factor or pin less");
+      if (err == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);
+      throw Error(msg);
     }
     got = {p, cls};
     std::lock_guard<std::mutex> lock(pool.mu);
