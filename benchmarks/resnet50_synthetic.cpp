@@ -6,13 +6,16 @@
 // sits between two CUDA events on the current stream, read after one synchronize. The table
 // gives the mean (first start to last end, over iters) and the median of the per-iteration
 // times, img/s from the mean, and the peak of live device memory (reset before the warm-up).
-// Writes JSON with --json; benchmarks/peers/pytorch_resnet50.py runs the same protocol in
-// PyTorch and compares (--compare).
+// --amp runs forward and loss under autocast (f16 by default, --amp-dtype bf16 for bf16), and
+// f16 trains with a GradScaler (scale, step, update every step), as the examples' --amp does.
+// Writes JSON with --json, rewritten after every configuration (a crash or a time-out leaves
+// the ones done); benchmarks/peers/pytorch_resnet50.py runs the same protocol in PyTorch and
+// compares (--compare).
 //
 //   resnet50_synthetic [--batch-sizes 64,128,256] [--modes forward,train] [--warmup 10]
 //                      [--iters 50] [--depth 50] [--size 224] [--device 0] [--no-tf32]
 //                      [--cudnn-benchmark | --no-cudnn-benchmark] [--channels-last]
-//                      [--json PATH]
+//                      [--amp [--amp-dtype f16|bf16]] [--json PATH]
 //
 // Without a visible CUDA device it prints "skipped: no CUDA device" and exits 0.
 #include <cuda_runtime.h>
@@ -29,6 +32,7 @@
 
 #include "dltrain/dltrain.hpp"
 #include "examples/common/cli.hpp"
+#include "examples/common/example_util.hpp"
 
 using namespace dltrain;
 
@@ -39,7 +43,8 @@ struct Args {
   std::vector<std::string> modes{"forward", "train"};
   int64_t warmup = 10, iters = 50, depth = 50, size = 224;
   int device = 0;
-  bool tf32 = true, cudnn_benchmark = true, channels_last = false;
+  bool tf32 = true, cudnn_benchmark = true;
+  examples::PrecisionFlags prec;  // --amp, --amp-dtype, --channels-last
   std::string json;
 };
 
@@ -77,10 +82,12 @@ Args parse(int argc, char** argv) {
   f.add_switch("--tf32", &a.tf32, "TF32 tensor-core math for f32", /*negatable=*/true);
   f.add_switch("--cudnn-benchmark", &a.cudnn_benchmark, "cuDNN picks the fastest algorithms",
                /*negatable=*/true);
-  f.add_switch("--channels-last", &a.channels_last, "channels-last (NHWC) memory format");
+  a.prec.add_to(f);
   f.group(cli::group::kCheckpoint);
-  f.add("--json", &a.json, "write the figures here").value_name("FILE.json");
+  f.add("--json", &a.json, "write the figures here (after every configuration)")
+      .value_name("FILE.json");
   f.parse(argc, argv);
+  a.prec.check(f);
   if (a.depth != 18 && a.depth != 34 && a.depth != 50 && a.depth != 101 && a.depth != 152)
     f.fail("--depth: '" + std::to_string(a.depth) + "' is not 18, 34, 50, 101 or 152");
   return a;
@@ -107,7 +114,7 @@ Result run_config(const Args& a, int64_t batch, const std::string& mode, const T
   r.batch = batch;
   r.mode = mode;
   const Device dev = Device::cuda(a.device);
-  const MemoryFormat fmt = a.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  const MemoryFormat fmt = a.prec.format();
   const bool train = mode == "train";
 
   cuda::synchronize(a.device);
@@ -118,6 +125,8 @@ Result run_config(const Args& a, int64_t batch, const std::string& mode, const T
   model->to(fmt);
   model->train();
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
+  // f16 autocast scales the loss; otherwise the scaler is a pass-through.
+  amp::GradScaler scaler(a.prec.scaler_options(dev));
   Tensor x = images.narrow(0, 0, batch);
   Tensor y = labels.narrow(0, 0, batch);
   Tensor loss;
@@ -125,11 +134,16 @@ Result run_config(const Args& a, int64_t batch, const std::string& mode, const T
   auto step = [&] {
     if (train) {
       opt.zero_grad();
-      loss = cross_entropy(model->forward(x), y);
-      loss.backward();
-      opt.step();
+      {
+        const amp::autocast ac = a.prec.region(dev);
+        loss = cross_entropy(model->forward(x), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
     } else {
       NoGradGuard no_grad;
+      const amp::autocast ac = a.prec.region(dev);
       model->forward(x);
     }
   };
@@ -165,8 +179,10 @@ Result run_config(const Args& a, int64_t batch, const std::string& mode, const T
   return r;
 }
 
+// `running`: the configuration about to start ("batch 256 train"), written before it starts, so
+// that a report left by a crash or a time-out names the configuration that never finished.
 void write_json(const Args& a, const std::string& device, const std::string& skipped,
-                const std::vector<Result>& results) {
+                const std::vector<Result>& results, const std::string& running = "") {
   nlohmann::json rows = nlohmann::json::array();
   for (const Result& r : results) {
     nlohmann::json row = {{"batch", r.batch}, {"mode", r.mode}};
@@ -191,10 +207,16 @@ void write_json(const Args& a, const std::string& device, const std::string& ski
                            {"iters", a.iters},
                            {"tf32", a.tf32},
                            {"cudnn_benchmark", a.cudnn_benchmark},
-                           {"channels_last", a.channels_last}};
+                           {"channels_last", a.prec.channels_last},
+                           {"precision", a.prec.precision(Device::cuda(a.device))}};
   if (!skipped.empty()) report["skipped"] = skipped;
+  if (!running.empty()) report["running"] = running;
   report["results"] = rows;
-  cli::write_json_report(a.json, report);
+  // Written beside and renamed over the old file, so a reader (or a kill mid-write) never sees
+  // half a report.
+  const std::string tmp = a.json + ".tmp";
+  cli::write_json_report(tmp, report);
+  if (std::rename(tmp.c_str(), a.json.c_str()) != 0) cli::write_json_report(a.json, report);
 }
 
 }  // namespace
@@ -220,15 +242,14 @@ int main(int argc, char** argv) {
         "resnet%lld synthetic, %s (cuda:%d), %lldx%lld, %s, tf32 %s, cudnn benchmark %s, "
         "%lld warm-up + %lld timed iterations\n",
         static_cast<long long>(a.depth), name.c_str(), a.device, static_cast<long long>(a.size),
-        static_cast<long long>(a.size), a.channels_last ? "channels-last" : "NCHW",
+        static_cast<long long>(a.size), a.prec.describe(Device::cuda(a.device)).c_str(),
         a.tf32 ? "on" : "off", a.cudnn_benchmark ? "on" : "off", static_cast<long long>(a.warmup),
         static_cast<long long>(a.iters));
 
     // The data, made once on the host (seed 0) and copied to the device; smaller batches are
     // leading slices of it.
     const int64_t max_batch = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
-    const MemoryFormat fmt =
-        a.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    const MemoryFormat fmt = a.prec.format();
     manual_seed(0);
     Tensor images = randn({max_batch, 3, a.size, a.size}).to(Device::cuda(a.device));
     images = images.contiguous(fmt);
@@ -239,6 +260,8 @@ int main(int argc, char** argv) {
     for (int64_t batch : a.batch_sizes) {
       for (const auto& mode : a.modes) {
         Result r;
+        if (!a.json.empty())
+          write_json(a, name, "", results, "batch " + std::to_string(batch) + " " + mode);
         try {
           r = run_config(a, batch, mode, images, labels);
           std::printf(
@@ -257,6 +280,7 @@ int main(int argc, char** argv) {
                       mode.c_str(), e.what());
         }
         results.push_back(r);
+        if (!a.json.empty()) write_json(a, name, "", results);
       }
     }
 
@@ -271,7 +295,6 @@ int main(int argc, char** argv) {
       std::printf("%6lld  %-8s %10.2f %10.2f %10.1f %10.0f\n", static_cast<long long>(r.batch),
                   r.mode.c_str(), r.ms_per_iter, r.median_ms, r.img_per_s, r.peak_mib);
     }
-    if (!a.json.empty()) write_json(a, name, "", results);
     return failed ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "resnet50_synthetic: error: %s\n", e.what());

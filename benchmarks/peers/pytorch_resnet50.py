@@ -7,7 +7,11 @@ cross-entropy + backward + SGD(lr 0.1, momentum 0.9, weight_decay 1e-4), zero_gr
 a fresh torchvision ResNet (seed 0) runs --warmup untimed then --iters timed iterations, each
 between two CUDA events on the current stream, read after one synchronize. Peak memory is
 torch.cuda.max_memory_allocated after reset_peak_memory_stats before the warm-up. Eager always;
-with --compile also torch.compile (a failure is reported, not raised).
+with --compile also torch.compile (a failure is reported, not raised). --amp runs forward and
+loss under torch.autocast (f16 by default, --amp-dtype bf16), f16 training with a
+torch.amp.GradScaler, as resnet50_synthetic --amp. --json is rewritten after every
+configuration (with "running" naming the one under way), so a crash or a time-out keeps the
+configurations already done.
 
     python3 benchmarks/peers/pytorch_resnet50.py --json torch.json \\
         --compare dltrain.json     # dltrain.json from: resnet50_synthetic --json dltrain.json
@@ -148,6 +152,19 @@ def model_source(requested):
 
 # --- the protocol ---------------------------------------------------------------------------
 
+def amp_dtype(a):
+    """The autocast dtype (torch), or None without --amp."""
+    import torch
+    if not a.amp:
+        return None
+    return torch.bfloat16 if a.amp_dtype == "bf16" else torch.float16
+
+
+def precision(a):
+    """resnet50_synthetic's name for the setting: f32, amp-bf16 or amp-f16."""
+    return ("amp-bf16" if a.amp_dtype == "bf16" else "amp-f16") if a.amp else "f32"
+
+
 def run_config(a, src, batch, mode, backend, images, labels, device):
     import torch
     import torch.nn.functional as F
@@ -170,16 +187,24 @@ def run_config(a, src, batch, mode, backend, images, labels, device):
     x, y = images[:batch], labels[:batch]
     train = mode == "train"
     loss = None
+    dt = amp_dtype(a)
+    # f16 scales the loss; otherwise the scaler is a pass-through (enabled=False).
+    scaler = torch.amp.GradScaler("cuda", enabled=dt == torch.float16)
+
+    def region():
+        return torch.autocast("cuda", dtype=dt or torch.float16, enabled=dt is not None)
 
     def step():
         nonlocal loss
         if train:
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
+            with region():
+                loss = F.cross_entropy(net(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         else:
-            with torch.no_grad():
+            with torch.no_grad(), region():
                 net(x)
 
     tw = time.perf_counter()
@@ -209,7 +234,9 @@ def run_config(a, src, batch, mode, backend, images, labels, device):
     return r
 
 
-def run_all(a):
+def run_all(a, on_progress=None):
+    """Every configuration; on_progress(report), when given, is called with the report so far
+    before each configuration (its "running" key names it) and after the last."""
     try:
         import torch
     except ImportError as e:
@@ -231,6 +258,8 @@ def run_all(a):
     print(f"pytorch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
           f"{torch.backends.cudnn.version()}), resnet{a.depth} from {src}, {name}, "
           f"{a.size}x{a.size}, {'channels-last' if a.channels_last else 'NCHW'}, "
+          f"precision {precision(a)}, loss scaling "
+          f"{'on' if amp_dtype(a) == torch.float16 else 'off'}, "
           f"tf32 {'off' if a.no_tf32 else 'on'}, cudnn benchmark "
           f"{'on' if a.cudnn_benchmark else 'off'}, {a.warmup} warm-up + {a.iters} timed",
           flush=True)
@@ -241,6 +270,19 @@ def run_all(a):
     images = torch.randn(bmax, 3, a.size, a.size, device=device).contiguous(memory_format=fmt)
     labels = torch.randint(0, 1000, (bmax,), device=device)
     results = []
+
+    def report(running=None):
+        out = dict(benchmark="resnet50_synthetic", framework="pytorch " + torch.__version__,
+                   cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                   arch=f"resnet{a.depth}", model_source=src, device=name, image_size=a.size,
+                   warmup=a.warmup, iters=a.iters, tf32=not a.no_tf32,
+                   cudnn_benchmark=a.cudnn_benchmark, channels_last=a.channels_last,
+                   precision=precision(a))
+        if running:
+            out["running"] = running
+        out["results"] = list(results)
+        return out
+
     for backend in backends:
         if backend == "compile" and not hasattr(torch, "compile"):
             for batch in a.batch_sizes:
@@ -251,6 +293,8 @@ def run_all(a):
             continue
         for batch in a.batch_sizes:
             for mode in a.modes:
+                if on_progress:
+                    on_progress(report(f"{backend} batch {batch} {mode}"))
                 try:
                     r = run_config(a, src, batch, mode, backend, images, labels, device)
                     extra = f"  loss {num(r['last_loss'], '.4f')}" if mode == "train" else ""
@@ -267,12 +311,10 @@ def run_all(a):
                     r = dict(batch=batch, mode=mode, backend=backend, error=msg)
                     torch.cuda.empty_cache()
                 results.append(r)
-    return dict(benchmark="resnet50_synthetic", framework="pytorch " + torch.__version__,
-                cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                arch=f"resnet{a.depth}", model_source=src, device=name, image_size=a.size,
-                warmup=a.warmup, iters=a.iters, tf32=not a.no_tf32,
-                cudnn_benchmark=a.cudnn_benchmark, channels_last=a.channels_last,
-                results=results)
+    out = report()
+    if on_progress:
+        on_progress(out)
+    return out
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -306,8 +348,8 @@ def compare(ours, theirs):
     """Side by side: dltrain against PyTorch eager (and torch.compile when it ran)."""
     print(f"\ndltrain: {ours.get('framework', '?')} on {ours.get('device', '?')}   "
           f"peer: {theirs.get('framework', '?')} on {theirs.get('device', '?')}")
-    for key in ("arch", "image_size", "tf32", "cudnn_benchmark", "channels_last", "iters",
-                "warmup", "device"):
+    for key in ("arch", "image_size", "tf32", "cudnn_benchmark", "channels_last", "precision",
+                "iters", "warmup", "device"):
         if ours.get(key) not in (None, "") and theirs.get(key) not in (None, "") \
                 and ours[key] != theirs[key]:
             print(f"WARNING: settings differ: {key} = {ours[key]!r} (dltrain) vs "
@@ -373,6 +415,10 @@ def parse_args(argv=None):
                    default=True, help="torch.backends.cudnn.benchmark = True (default)")
     p.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false")
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--amp", action="store_true",
+                   help="forward and loss under torch.autocast (f16 + GradScaler by default)")
+    p.add_argument("--amp-dtype", choices=["f16", "bf16"],
+                   help="the autocast dtype (default f16; needs --amp)")
     p.add_argument("--compile", action="store_true", help="also run torch.compile(model)")
     p.add_argument("--model-source", choices=["auto", "torchvision", "builtin"], default="auto",
                    help="torchvision.models or the script's own copy (auto: torchvision if found)")
@@ -385,7 +431,18 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.warmup < 0 or a.iters < 1:
         p.error("--warmup must be >= 0 and --iters >= 1")
+    if a.amp_dtype and not a.amp:
+        p.error("--amp-dtype needs --amp; add --amp or drop it")
     return a
+
+
+def write_json(path, out):
+    """Writes out to path through a temporary file renamed over it (never half a file)."""
+    import os
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=2)
+    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -394,11 +451,10 @@ def main(argv=None):
         with open(a.load) as f:
             out = json.load(f)
     else:
-        out = run_all(a)
+        out = run_all(a, (lambda o: write_json(a.json, o)) if a.json else None)
         print_table(out)
     if a.json and not a.load:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_json(a.json, out)
     failed = any("error" in r and r.get("backend", "eager") == "eager"
                  for r in out.get("results", []))
     if a.compare:
