@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (no network): unpacks the carried .debs/gpu/*.deb (Eigen, Catch2) into
-# .gpu-prefix/, finds cuDNN (system first, then pip's nvidia-cudnn package that PyTorch uses),
+# Runs on the GPU machine (no network), for the later calls that build there (the first run
+# carries binaries built by build_here.sh instead): unpacks the carried .debs/gpu/*.deb (Eigen,
+# Catch2) into .gpu-prefix/, finds cuDNN (system first, then pip's nvidia-cudnn package that PyTorch uses),
 # configures build-gpu/ (Release, CUDA on, sm_90, no HDF5/JPEG/MPI/examples/tools) and builds.
 #
 #   bash scripts/gpu/build.sh                 # targets test_cuda and resnet50_synthetic
@@ -15,9 +16,9 @@
 #   bash scripts/gpu/build.sh --env-only      # only find the libraries and write env.sh (for
 #                                             # binaries built elsewhere and carried here)
 #
-# Writes .gpu-prefix/env.sh (LD_LIBRARY_PATH for libraries that came from pip), which test.sh
-# and bench.sh source. The full build log goes to $OUT/build.log (build-gpu/build.log without
-# OUT); the console gets a summary, and the errors when the build fails.
+# Writes .gpu-prefix/env.sh (LD_LIBRARY_PATH for libraries that came from pip), which the calls
+# in scripts/gpu/README.md source. The full build log goes to $OUT/build.log
+# (build-gpu/build.log without OUT); the console gets a summary, and the errors when the build fails.
 # Environment: BUILD_DIR (build-gpu), JOBS (nproc), CUDA_ARCH (90), CUDNN_ROOT (skip the search),
 # CUDNN_FROM (auto: system first, then pip; or system, or pip), NATIVE (ON: -march=native; OFF
 # for binaries that must run on another machine's CPU).
@@ -180,7 +181,7 @@ if ! first_file nccl.h "${inc_dirs[@]}" > /dev/null; then
   fi
 fi
 
-# Runtime search path for libraries not in the loader's default dirs; test.sh/bench.sh source it.
+# Runtime search path for libraries not in the loader's default dirs; the calls source it.
 # The toolkit's own lib dirs come last (cudart, cuBLAS: binaries built on another machine carry
 # that machine's RUNPATH).
 # --jpeg: libturbojpeg/libjpeg unpacked from .debs/gpu (fetch_deps.sh libturbojpeg0 ...).
