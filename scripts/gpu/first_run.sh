@@ -9,8 +9,10 @@
 #      wheels' versions; LD_LIBRARY_PATH = the pip wheels' nvidia/*/lib folders (cuDNN, NCCL,
 #      cuBLAS: the libraries PyTorch uses), then `ldd` on both binaries: a missing library stops
 #      the run at once (exit 2);
-#   2. test_cuda, one process per test file (Catch2 --filenames-as-tags, '[#test_foo_cuda]'),
-#      TEST_JOBS (4) at a time, each under `timeout 90`, within TEST_BUDGET; a table of files;
+#   2. test_cuda, one process per test file (Catch2 --filenames-as-tags, '[#test_foo_cuda]~[.]')
+#      and one per hidden test ([.], by its quoted name: such as the one that loses the CUDA
+#      context on purpose), TEST_JOBS (4) at a time, each under `timeout 90`, within
+#      TEST_BUDGET; a table of files;
 #   3. resnet50_synthetic and benchmarks/peers/pytorch_resnet50.py, train mode, batches 128 and
 #      256, in three settings: TF32 NCHW, AMP bf16 channels-last, AMP f16 (GradScaler)
 #      channels-last; dltrain then PyTorch per setting, sharing BENCH_BUDGET; each program
@@ -184,7 +186,7 @@ fi
 say "ldd: every library found"
 
 # --- 2. test_cuda, one process per test file ------------------------------------------------------
-section "2. test_cuda, one process per file (${test_jobs} at a time, ${test_timeout} s each, ${test_budget} s in all)"
+section "2. test_cuda, one process per file and per hidden test (${test_jobs} at a time, ${test_timeout} s each, ${test_budget} s in all)"
 tc=$bindir/test_cuda
 mapfile -t files < <(timeout 30 "$tc" --filenames-as-tags --list-tags 2> /dev/null |
   grep -oE '\[#[A-Za-z0-9_]+\]' | tr -d '[]#' | sort -u)
@@ -196,13 +198,27 @@ if want tests && ((${#files[@]} == 0)); then
   list_failed=1
 fi
 want tests || files=()
+# Each file without its hidden tests ([.]: run only when named, e.g. the one that loses the CUDA
+# context on purpose); each hidden test then runs in a process of its own, by its quoted name.
+declare -A t_rc t_s t_line t_filter
+for f in "${files[@]}"; do t_filter[$f]="[#$f]~[.]"; done
+hidden=()
+if want tests && [[ -z ${TEST_FILES:-} ]]; then
+  mapfile -t hidden < <(timeout 30 "$tc" --list-test-names-only '[.]' 2> /dev/null | grep . | tr -d '"')
+fi
+k=0
+for name in "${hidden[@]}"; do
+  k=$((k + 1))
+  t_filter[hidden_$k]="\"$name\""
+  say "hidden_$k is the hidden test \"$name\""
+done
 # The slowest (the ResNet steps, checked against the CPU) first, so they overlap the others.
 ordered=()
 for f in "${files[@]}"; do [[ $f == *resnet* ]] && ordered+=("$f"); done
 for f in "${files[@]}"; do [[ $f == *resnet* ]] || ordered+=("$f"); done
-say "${#ordered[@]} test files: ${ordered[*]}"
+for ((j = 1; j <= k; j++)); do ordered+=("hidden_$j"); done
+say "${#ordered[@]} test processes: ${ordered[*]}"
 test_end=$(($(el) + test_budget))
-declare -A t_rc t_s t_line
 first_failing=""
 running=()
 start_file() {
@@ -213,7 +229,8 @@ start_file() {
     threads=$(($(nproc) / test_jobs))
     export DLTRAIN_NUM_THREADS=${DLTRAIN_NUM_THREADS:-$((threads > 0 ? threads : 1))}
     t=$SECONDS
-    run_capped "$s" "$tmp/$f.log" "$tc" --filenames-as-tags "[#$f]" --reporter compact --durations yes
+    run_capped "$s" "$tmp/$f.log" "$tc" --filenames-as-tags "${t_filter[$f]}" --reporter compact \
+      --durations yes
     echo "$? $((SECONDS - t))" > "$tmp/$f.rc"
   ) &
   running+=("$f")
@@ -414,9 +431,9 @@ if [[ -n $cs ]] && ((!no_gpu)) && [[ -n $first_failing ]]; then
   s=$(((mc_end - $(el)) / 2))
   if ((s >= 15)); then
     say "memcheck on the first failing test file, $first_failing (limit $s s)"
-    v=$(memcheck_run "$first_failing" "$s" "[#$first_failing]")
+    v=$(memcheck_run "$first_failing" "$s" "${t_filter[$first_failing]}")
     [[ $v == *ERROR* ]] && mc_errors=1
-    mc_table+=("$(printf '  %-24s %s' "[#$first_failing]" "$v")")
+    mc_table+=("$(printf '  %-24s %s' "$first_failing" "$v")")
     say "  $first_failing: $v"
   fi
 fi
