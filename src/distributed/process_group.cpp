@@ -121,15 +121,20 @@ void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_on
                 "; pass t.contiguous() and copy the result back");
 }
 
-void print_fatal_once(const std::string& message) {
-  static std::atomic<bool> printed{false};
-  if (printed.exchange(true)) return;
+// "dltrain: rank R of N (host): message" on stderr, after whatever stdout holds.
+static void print_for_rank(const std::string& message) {
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
   std::fflush(stdout);
   std::fprintf(stderr, "dltrain: rank %d of %d (%s): %s\n", rank(), world_size(), host,
                message.c_str());
   std::fflush(stderr);
+}
+
+void print_fatal_once(const std::string& message) {
+  static std::atomic<bool> printed{false};
+  if (printed.exchange(true)) return;
+  print_for_rank(message);
 }
 
 bool DeferredError::set(const std::string& message) {
@@ -139,12 +144,7 @@ bool DeferredError::set(const std::string& message) {
     set_ = true;
     message_ = message;
   }
-  char host[256] = "?";
-  gethostname(host, sizeof(host) - 1);
-  std::fflush(stdout);
-  std::fprintf(stderr, "dltrain: rank %d of %d (%s): %s\n", rank(), world_size(), host,
-               message.c_str());
-  std::fflush(stderr);
+  print_for_rank(message);
   return true;
 }
 
