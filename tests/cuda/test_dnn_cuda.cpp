@@ -42,11 +42,16 @@ struct Tf32 {
   ~Tf32() { cuda::set_allow_tf32(prev); }
 };
 
-struct Benchmark {
+// Sets one of dltrain::cuda's switches for a scope and puts its previous value back.
+template <bool (*Get)(), void (*Set)(bool)>
+struct Switch {
   bool prev;
-  explicit Benchmark(bool on) : prev(cuda::cudnn_benchmark()) { cuda::set_cudnn_benchmark(on); }
-  ~Benchmark() { cuda::set_cudnn_benchmark(prev); }
+  explicit Switch(bool on) : prev(Get()) { Set(on); }
+  ~Switch() { Set(prev); }
 };
+using Benchmark = Switch<cuda::cudnn_benchmark, cuda::set_cudnn_benchmark>;
+using Deterministic = Switch<cuda::cudnn_deterministic, cuda::set_cudnn_deterministic>;
+using Bf16Bn = Switch<cuda::cudnn_bf16_batch_norm, cuda::set_cudnn_bf16_batch_norm>;
 
 bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 
@@ -457,18 +462,6 @@ TEST_CASE("a small conv-bn-relu-pool-linear net trains the same on CUDA and CPU"
   }
 }
 
-namespace {
-
-struct Deterministic {
-  bool prev;
-  explicit Deterministic(bool on) : prev(cuda::cudnn_deterministic()) {
-    cuda::set_cudnn_deterministic(on);
-  }
-  ~Deterministic() { cuda::set_cudnn_deterministic(prev); }
-};
-
-}  // namespace
-
 TEST_CASE("conv2d on CUDA with deterministic algorithms matches the CPU and repeats bit for bit",
           "[cuda][gpu][deterministic]") {
   // The default (the heuristic's fastest, whatever its determinism) is what every other conv2d
@@ -497,14 +490,6 @@ TEST_CASE("conv2d on CUDA with deterministic algorithms matches the CPU and repe
 }
 
 namespace {
-
-struct Bf16Bn {
-  bool prev;
-  explicit Bf16Bn(bool on) : prev(cuda::cudnn_bf16_batch_norm()) {
-    cuda::set_cudnn_bf16_batch_norm(on);
-  }
-  ~Bf16Bn() { cuda::set_cudnn_bf16_batch_norm(prev); }
-};
 
 // One bf16 batch_norm forward and backward on the GPU, through f32 copies (direct = false) or
 // straight on cuDNN's bf16 path; every result on the CPU in f64.
