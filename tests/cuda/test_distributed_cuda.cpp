@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include "cuda_test_util.hpp"
 #include "dltrain/dltrain.hpp"
@@ -22,6 +24,20 @@ std::shared_ptr<ProcessGroup> nccl_one() {
   return new_nccl_group(0, 1, 0, std::chrono::seconds(60),
                         [](const std::string& bytes) { return bytes; });
 }
+
+// Two CIFAR-stem ResNet-18s (4 classes) with the same initial weights (drawn from `seed`), on the
+// GPU: the bare model and the one a test wraps.
+std::pair<std::shared_ptr<models::ResNet>, std::shared_ptr<models::ResNet>> twin_resnet18(
+    uint64_t seed) {
+  std::shared_ptr<models::ResNet> m[2];
+  for (auto& r : m) {
+    manual_seed(seed);
+    r = models::resnet18({.num_classes = 4, .cifar_stem = true});
+    r->to(kCuda);
+  }
+  return {m[0], m[1]};
+}
+
 }  // namespace
 
 TEST_CASE("cuda: one-rank NCCL group runs every collective in every dtype", "[cuda][nccl]") {
@@ -71,12 +87,7 @@ TEST_CASE("cuda: the NCCL stream is ordered after the producer and before the co
 TEST_CASE("cuda: DDP over a one-rank NCCL group trains as the bare model; SyncBN on CUDA",
           "[cuda][nccl][ddp]") {
   auto g = nccl_one();
-  manual_seed(1);
-  auto ref = models::resnet18({.num_classes = 4, .cifar_stem = true});
-  manual_seed(1);
-  auto model = models::resnet18({.num_classes = 4, .cifar_stem = true});
-  ref->to(kCuda);
-  model->to(kCuda);
+  auto [ref, model] = twin_resnet18(1);
   convert_sync_batchnorm(model, g.get());
   // In a group of one the synced statistics equal the local ones, so the runs agree (up to
   // the different BN arithmetic).
@@ -111,12 +122,7 @@ TEST_CASE("cuda: DDP reduce_world_of_one drives NCCL's bucketed all-reduce in a 
   for (bool as_view : {false, true}) {
     for (bool channels_last : {false, true}) {
       INFO("gradient_as_bucket_view " << as_view << ", channels-last " << channels_last);
-      manual_seed(3);
-      auto ref = models::resnet18({.num_classes = 4, .cifar_stem = true});
-      manual_seed(3);
-      auto model = models::resnet18({.num_classes = 4, .cifar_stem = true});
-      ref->to(kCuda);
-      model->to(kCuda);
+      auto [ref, model] = twin_resnet18(3);
       if (channels_last) {
         ref->to(MemoryFormat::ChannelsLast);
         model->to(MemoryFormat::ChannelsLast);
@@ -148,12 +154,7 @@ TEST_CASE("cuda: DDP reduce_world_of_one drives NCCL's bucketed all-reduce in a 
 TEST_CASE("cuda: DDP reduce_world_of_one with bf16 compression rounds through NCCL's bf16 wire",
           "[cuda][nccl][ddp][compression]") {
   auto g = nccl_one();
-  manual_seed(4);
-  auto ref = models::resnet18({.num_classes = 4, .cifar_stem = true});
-  manual_seed(4);
-  auto model = models::resnet18({.num_classes = 4, .cifar_stem = true});
-  ref->to(kCuda);
-  model->to(kCuda);
+  auto [ref, model] = twin_resnet18(4);
   DistributedDataParallel ddp(
       model, {.group = g.get(), .gradient_compression = DType::bf16, .reduce_world_of_one = true});
   for (const auto& b : ddp.buckets()) CHECK(b.wire_dtype == DType::bf16);
