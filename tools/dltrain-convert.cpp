@@ -4,6 +4,14 @@
 //   dltrain-convert list FILE
 //   dltrain-convert convert IN OUT [--section model|optimizer|scheduler]
 //   dltrain-convert compare A B [--rtol X] [--atol X] [--section model|optimizer|scheduler]
+//   dltrain-convert restamp FILE [-o OUT] [--timeout SECONDS]
+//
+// restamp: a checkpoint without dltrain's integrity header (written by dltrain 0.1.0, or an
+// HDF5 file from another program) is refused by io::read_checkpoint, because HDF5 1.10 can
+// crash on its damaged metadata. restamp reads it in a child process (this program again,
+// started with posix_spawn: no fork of a process that may hold threads or MPI), which writes
+// it back with the header; a crash or hang there becomes an error here, naming the file, and
+// nothing is written. In place, the original is kept as FILE.unstamped.
 //
 // Input formats are recognised by their content (io::detect_file_format), never by their
 // name: a checkpoint named x.safetensors is read as a checkpoint, with a note saying so, and a
@@ -13,9 +21,19 @@
 // reads safetensors (safetensors.torch.load_file) and dltrain checkpoints are HDF5.
 // Exit status: 0 on success (compare: identical within tolerance), 1 on differences,
 // 2 on usage errors or unreadable files.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -23,6 +41,18 @@
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/file_format.hpp"
 #include "examples/common/cli.hpp"
+#include "src/io/checkpoint_header.hpp"
+
+extern char** environ;
+
+// gcc defines __SANITIZE_ADDRESS__; clang 14 only answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define DLTRAIN_CONVERT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DLTRAIN_CONVERT_ASAN 1
+#endif
+#endif
 
 using namespace dltrain;
 
@@ -186,9 +216,159 @@ int compare(const std::string& a_path, const std::string& b_path, const std::str
   return problems ? 1 : 0;
 }
 
+// The hidden first argument that makes this program restamp's child.
+constexpr const char* kRestampChild = "__restamp-child";
+
+// The child of restamp: reads IN unverified and writes it to OUT with the header. Its exit
+// status: 0 written, 2 dltrain::Error (message on stderr), 3 another exception.
+int restamp_child(const std::string& in, const std::string& out) {
+#if !defined(DLTRAIN_CONVERT_ASAN)
+  // A corrupt size that slipped past the reader's checks must not allocate its way into swap
+  // (ASan reserves more address space than this, so not under it).
+  const rlim_t cap =
+      std::max<rlim_t>(rlim_t{8} << 30, static_cast<rlim_t>(std::filesystem::file_size(in) * 16));
+  rlimit lim{cap, cap};
+  ::setrlimit(RLIMIT_AS, &lim);
+#endif
+  try {
+    const io::Checkpoint c = io::detail::read_unverified_checkpoint(in);
+    io::write_checkpoint(out, c);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 3;
+  }
+}
+
+// Runs restamp's child on `in` -> `tmp`, with at most `timeout_s` seconds. Throws
+// dltrain::Error naming `in` when the child fails, crashes or hangs (then killed).
+void run_restamp_child(const std::string& in, const std::string& tmp, double timeout_s) {
+  int fds[2];
+  DLTRAIN_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "restamp: cannot make a pipe (", std::strerror(errno),
+                ")");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);  // clears O_CLOEXEC
+  std::string arg0 = "dltrain-convert", arg1 = kRestampChild, arg2 = in, arg3 = tmp;
+  char* child_argv[] = {arg0.data(), arg1.data(), arg2.data(), arg3.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, child_argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    DLTRAIN_FAIL("restamp: cannot start the child process that checks '", in, "' (",
+                 std::strerror(rc), ")");
+  }
+  // The child's messages, until it closes its end or the time is up.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::string messages;
+  bool timed_out = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // closed: the child ended
+    if (messages.size() < (64 << 10)) messages.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!messages.empty() && messages.back() == '\n') messages.pop_back();
+  std::error_code ec;
+  const bool wrote = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!wrote) std::filesystem::remove(tmp, ec);
+  DLTRAIN_CHECK(!timed_out, "restamp: reading '", in, "' took longer than ", timeout_s,
+                " s in the checking process, which was stopped; the file is probably damaged "
+                "(HDF5 can loop on damaged metadata): use an older checkpoint ('",
+                in, ".1', ...) or a good copy, or give more time with --timeout");
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    DLTRAIN_FAIL("restamp: '", in, "' is damaged: reading it crashed the checking process (signal ",
+                 sig, ", ", ::strsignal(sig),
+                 ": HDF5 fails this way on damaged metadata); nothing was written and the file "
+                 "is unchanged; use an older checkpoint ('",
+                 in, ".1', ...) or a good copy");
+  }
+  DLTRAIN_CHECK(
+      wrote, "restamp: '", in, "' cannot be read: ",
+      messages.empty() ? "the checking process failed without a message" : messages.c_str(),
+      "; nothing was written and the file is unchanged");
+}
+
+int restamp(const std::string& file, const std::string& out_arg, double timeout_s) {
+  const FileFormat kind = io::detect_file_format(file);
+  const std::string out = out_arg.empty() ? file : out_arg;
+  std::error_code ec;
+  const bool in_place = out == file || std::filesystem::equivalent(out, file, ec);
+  if (kind == FileFormat::Checkpoint) {
+    const io::Checkpoint c = io::read_checkpoint(file);  // every byte checked against its CRC
+    if (!in_place) io::write_checkpoint(out, c);
+    std::printf("'%s' already has dltrain's integrity header and reads (%lld model tensors)%s\n",
+                file.c_str(), static_cast<long long>(c.model.size()),
+                in_place ? "; nothing to do" : ("; copied to '" + out + "'").c_str());
+    return 0;
+  }
+  DLTRAIN_CHECK(kind == FileFormat::Hdf5, "restamp: '", file, "' is ",
+                io::describe_file_format(kind, file),
+                ", not an HDF5 checkpoint without dltrain's header (what restamp is for)");
+  const std::string kept = file + ".unstamped";
+  DLTRAIN_CHECK(!in_place || !std::filesystem::exists(kept), "restamp: '", kept,
+                "' exists already (an earlier restamp keeps the original there); move it "
+                "away, or write elsewhere with -o OUT");
+  const std::string tmp = out + ".restamp-" + std::to_string(::getpid());
+  run_restamp_child(file, tmp, timeout_s);
+  // The child's output is read here through its CRC, as any checkpoint.
+  io::Checkpoint c;
+  try {
+    c = io::read_checkpoint(tmp);
+  } catch (const Error&) {
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  if (in_place) {
+    std::filesystem::rename(file, kept, ec);
+    if (ec) std::filesystem::remove(tmp);
+    DLTRAIN_CHECK(!ec, "restamp: cannot rename '", file, "' to '", kept, "' (", ec.message(),
+                  "); nothing was changed");
+  }
+  std::filesystem::rename(tmp, out, ec);
+  DLTRAIN_CHECK(!ec, "restamp: cannot rename '", tmp, "' to '", out, "' (", ec.message(), ")",
+                in_place ? "; the original is in '" + kept + "'" : std::string());
+  std::printf(
+      "'%s': read in a separate process and written%s with dltrain's integrity header: %lld "
+      "model, %lld optimizer, %lld scheduler tensors, step %lld%s%s%s\n"
+      "note: the original had no CRC, so its values could not be checked; if in doubt, "
+      "compare them with a copy you trust (dltrain-convert compare)\n",
+      file.c_str(), in_place ? "" : (" to '" + out + "'").c_str(),
+      static_cast<long long>(c.model.size()), static_cast<long long>(c.optimizer.size()),
+      static_cast<long long>(c.scheduler.size()), static_cast<long long>(c.progress.step),
+      in_place ? "; the original is kept as '" : "", in_place ? kept.c_str() : "",
+      in_place ? "'" : "");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], kRestampChild) == 0) return restamp_child(argv[2], argv[3]);
   std::string file, in, out, a, b;
   std::string section = "model";
   double rtol = 0.0, atol = 0.0;
@@ -212,10 +392,22 @@ int main(int argc, char** argv) {
   compare_cmd.add("--rtol", &rtol, "relative tolerance").min(0);
   compare_cmd.add("--atol", &atol, "absolute tolerance").min(0);
   compare_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
+  std::string restamp_out;
+  double timeout_s = 600;
+  cli::Flags& restamp_cmd =
+      f.subcommand("restamp",
+                   "check a checkpoint without dltrain's integrity header (dltrain 0.1.0's, or "
+                   "HDF5 from another program) in a separate process and write it back with the "
+                   "header; in place, the original is kept as FILE.unstamped");
+  restamp_cmd.add("FILE", &file, "the checkpoint to check and stamp").required();
+  restamp_cmd.add("-o,--output", &restamp_out, "write the stamped copy here instead of in place");
+  restamp_cmd.add("--timeout", &timeout_s, "seconds the check may take before it is stopped")
+      .min(1);
   f.parse(argc, argv);
   try {
     if (list_cmd.chosen()) return list(file);
     if (convert_cmd.chosen()) return convert(in, out, section);
+    if (restamp_cmd.chosen()) return restamp(file, restamp_out, timeout_s);
     return compare(a, b, section, rtol, atol);
   } catch (const Error& e) {
     std::fprintf(stderr, "dltrain-convert: error: %s\n", e.what());

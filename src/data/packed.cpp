@@ -187,7 +187,19 @@ Hid open_dataset(hid_t file, const char* name, const std::string& path) {
                 "': missing dataset '", name,
                 "'; the file is not part of a packed dataset or is "
                 "corrupt");
-  return Hid(check_id(H5Dopen2(file, name, H5P_DEFAULT), path, "open a dataset"), H5Dclose);
+  Hid ds(check_id(H5Dopen2(file, name, H5P_DEFAULT), path, "open a dataset"), H5Dclose);
+  // Only the layouts dltrain-pack writes: contiguous (or compact) and unfiltered. HDF5
+  // checksums a version-2 object header (so the layout read here is what was written) but not
+  // the version-1 B-tree that indexes a chunked dataset's chunks in files with HDF5 1.8
+  // bounds, which it would follow on a read: a file from another program gets an error here
+  // rather than a walk through unchecked metadata (issue 28).
+  Hid dcpl(check_id(H5Dget_create_plist(ds), path, "read a dataset's layout"), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  DLTRAIN_CHECK((layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) && H5Pget_nfilters(dcpl) == 0,
+                "packed dataset file '", path, "': dataset '", name,
+                "' is chunked or filtered, which dltrain-pack never writes (the file comes from "
+                "another program, or is corrupt); repack the images with dltrain-pack");
+  return ds;
 }
 
 hsize_t dataset_length(hid_t ds, const std::string& path, const char* name) {

@@ -5,9 +5,10 @@
 // HDF5 1.10 can crash or read freed memory while parsing damaged metadata. The HDF5 part is
 // written with library-version bounds [1.8, 1.10]: superblock v2 and object headers v2,
 // whose metadata HDF5 checksums itself (so h5py also notices damage), and nothing newer
-// than HDF5 1.10 can read. Files from before the header (format 1, no CRC) still load; for
-// them every size read from the file is checked against the file's size before anything is
-// allocated, so damage gives an error rather than a huge allocation.
+// than HDF5 1.10 can read. Files from before the header (format 1, no CRC) are refused by
+// read_checkpoint (issue 28: damaged ones crashed HDF5); dltrain-convert restamp reads them
+// in a child process through detail::read_unverified_checkpoint, where every size read from
+// the file is checked against the file's size before anything is allocated.
 #include "dltrain/io/checkpoint.hpp"
 
 #include <signal.h>
@@ -32,11 +33,11 @@
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/version.hpp"
 
+#include "src/io/checkpoint_header.hpp"
 #ifdef DLTRAIN_WITH_HDF5
 #ifndef DLTRAIN_WITH_ZLIB
 #error "checkpoints need zlib for their CRC: CMakeLists.txt turns HDF5 off without it"
 #endif
-#include "src/io/checkpoint_header.hpp"
 #include "src/io/hdf5_util.hpp"
 #endif
 
@@ -54,6 +55,10 @@ void write_checkpoint(const std::string& path, const Checkpoint&, const SaveOpti
 Checkpoint read_checkpoint(const std::string& path) {
   DLTRAIN_FAIL("read_checkpoint('", path, "'): this dltrain was built without HDF5; install ",
                "libhdf5-dev (scripts/setup.sh) and rebuild with -DDLTRAIN_HDF5=ON");
+}
+
+Checkpoint detail::read_unverified_checkpoint(const std::string& path) {
+  return read_checkpoint(path);
 }
 
 #else
@@ -335,11 +340,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
   sync_path(dir.string(), true);
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
-  DLTRAIN_CHECK(std::filesystem::exists(path), "read_checkpoint: no file '", path,
-                "'; check the path (older checkpoints are kept as '", path, ".1', ...)");
-  // Every byte checked before HDF5 parses any (outside the HDF5 lock: plain reads).
-  const std::optional<int64_t> header_format = detail::verify_checkpoint_header(path);
+namespace {
+
+// The HDF5 part of read_checkpoint, for a file whose header recorded `header_format`
+// (checked: every byte matched its CRC) or, with nullopt, a file without a header
+// (detail::read_unverified_checkpoint only).
+Checkpoint read_hdf5_checkpoint(const std::string& path, std::optional<int64_t> header_format) {
   auto check_format = [&](int64_t f) {
     DLTRAIN_CHECK(f <= kCheckpointFormat, "read_checkpoint('", path,
                   "'): written in checkpoint format ", f, " but this dltrain (", kVersion,
@@ -388,6 +394,38 @@ Checkpoint read_checkpoint(const std::string& path) {
     for (const auto& key : keys) c.metadata[key] = read_string_attr(meta, key, path);
   }
   return c;
+}
+
+void check_exists(const std::string& path, const char* op) {
+  DLTRAIN_CHECK(std::filesystem::exists(path), op, ": no file '", path,
+                "'; check the path (older checkpoints are kept as '", path, ".1', ...)");
+}
+
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path) {
+  check_exists(path, "read_checkpoint");
+  // Every byte checked before HDF5 parses any (outside the HDF5 lock: plain reads).
+  const std::optional<int64_t> header_format = detail::verify_checkpoint_header(path);
+  // A file without the header (dltrain 0.1.0's checkpoints, or HDF5 from another program)
+  // never reaches HDF5 in this process: HDF5 1.10 can crash on its damaged metadata, and
+  // nothing can tell damage from a good file before HDF5 parses it (docs/design.md,
+  // "Files from outside").
+  DLTRAIN_CHECK(header_format.has_value(), "read_checkpoint('", path,
+                "'): the file has no dltrain integrity header (a checkpoint written by dltrain "
+                "0.1.0, before checkpoints carried a CRC, or an HDF5 file from another program), "
+                "and HDF5 can crash on damaged metadata, so dltrain does not open it unchecked; "
+                "check it and add the header once with `dltrain-convert restamp ",
+                path,
+                "` (it reads the file in a separate process, then writes it back with the "
+                "header and keeps the original as '",
+                path, ".unstamped')");
+  return read_hdf5_checkpoint(path, header_format);
+}
+
+Checkpoint detail::read_unverified_checkpoint(const std::string& path) {
+  check_exists(path, "read_unverified_checkpoint");
+  return read_hdf5_checkpoint(path, detail::verify_checkpoint_header(path));
 }
 
 #endif  // DLTRAIN_WITH_HDF5

@@ -6,6 +6,42 @@ void check_defined(const char* op, const Tensor& t, const char* name) {
   DLTRAIN_CHECK(t.defined(), op, ": argument '", name, "' is an undefined tensor");
 }
 
+namespace {
+// `shape` without dimension d.
+Shape drop_dim(const Shape& shape, size_t d) {
+  Shape out = shape;
+  out.erase(out.begin() + static_cast<std::ptrdiff_t>(d));
+  return out;
+}
+}  // namespace
+
+void check_loss_target_shape(const char* op, const Tensor& input, const Tensor& target) {
+  const Shape &is = input.shape(), &ts = target.shape();
+  if (is == ts) return;
+  // The likely fix: a size-1 dimension one of them has and the other lacks.
+  std::string fix;
+  for (size_t d = 0; d < is.size() && is.size() == ts.size() + 1; ++d)
+    if (is[d] == 1 && drop_dim(is, d) == ts) {
+      fix = "target.unsqueeze(" + std::to_string(d) + ") gives " + shape_str(is) +
+            " (or input.squeeze(" + std::to_string(d) + ") gives " + shape_str(ts) + ")";
+      break;
+    }
+  for (size_t d = 0; d < ts.size() && ts.size() == is.size() + 1 && fix.empty(); ++d)
+    if (ts[d] == 1 && drop_dim(ts, d) == is)
+      fix = "target.squeeze(" + std::to_string(d) + ") gives " + shape_str(is);
+  if (fix.empty()) fix = "reshape the target (or the input) so that the shapes are equal";
+  std::string broadcast;
+  try {
+    broadcast = "broadcasting them would give " + shape_str(broadcast_shapes(is, ts, op)) +
+                " and a different loss";
+  } catch (const Error&) {
+    broadcast = "they do not even broadcast";
+  }
+  DLTRAIN_FAIL(op, ": target shape ", shape_str(ts), " differs from input shape ", shape_str(is),
+               "; ", broadcast, ". Make them match: ", fix,
+               "; to broadcast on purpose, pass target.expand(input.shape())");
+}
+
 void check_same_device(const char* op, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {

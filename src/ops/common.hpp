@@ -16,6 +16,12 @@ void check_defined(const char* op, const Tensor& t, const char* name);
 void require_cpu(const char* op, std::initializer_list<const Tensor*> ts);
 /// Throws unless t has `n` dimensions.
 void check_dim(const char* op, const Tensor& t, int64_t n, const char* name);
+/// Throws unless a loss's elementwise target has the input's shape: broadcasting them
+/// (a [N, 1, H, W] prediction against a [N, H, W] target) silently computes another loss
+/// (issue 28). The error names both shapes, the shape broadcasting would give, the
+/// squeeze/unsqueeze that matches them, and target.expand(input.shape()) for callers who
+/// mean to broadcast.
+void check_loss_target_shape(const char* op, const Tensor& input, const Tensor& target);
 
 /// `g` placed into zeros of `shape` (its leading block): the gradient of a source larger than
 /// the index that used it (scatter_add, scatter_reduce). `g` itself when the shapes agree.

@@ -782,7 +782,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   DLTRAIN_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), op,
                 ": input and target must be floating-point but have dtypes ", input.dtype(),
                 " and ", target.dtype(), "; convert them with .to(DType::f32)");
-  broadcast_shapes(input.shape(), target.shape(), op);
+  detail::check_loss_target_shape(op, input, target);
   Tensor d = sub(input, target);
   return reduce(mul(d, d), reduction);
 }
@@ -800,8 +800,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   DLTRAIN_CHECK(is_floating(logits.dtype()) && is_floating(target.dtype()), op,
                 ": input and target must be floating-point but have dtypes ", logits.dtype(),
                 " and ", target.dtype(), "; convert the target with .to(DType::f32)");
-  DLTRAIN_CHECK(logits.shape() == target.shape(), op, ": target shape ", shape_str(target.shape()),
-                " must equal the input shape ", shape_str(logits.shape()));
+  detail::check_loss_target_shape(op, logits, target);
   if (pos_weight.defined()) {
     DLTRAIN_CHECK(is_floating(pos_weight.dtype()), op,
                   ": pos_weight must be floating-point but has dtype ", pos_weight.dtype());

@@ -38,7 +38,7 @@ void check_pair(const char* op, const Tensor& input, const Tensor& target) {
   DLTRAIN_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), op,
                 ": input and target must be floating-point but have dtypes ", input.dtype(),
                 " and ", target.dtype(), "; convert them with .to(DType::f32)");
-  broadcast_shapes(input.shape(), target.shape(), op);
+  detail::check_loss_target_shape(op, input, target);
 }
 
 }  // namespace
@@ -115,8 +115,6 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   const char* op = "binary_cross_entropy";
   detail::check_defined(op, input, "input");
   detail::check_defined(op, target, "target");
-  DLTRAIN_CHECK(input.shape() == target.shape(), op, ": target shape ", shape_str(target.shape()),
-                " must equal the input shape ", shape_str(input.shape()));
   check_pair(op, input, target);
   detail::check_same_device(op, {&input, &weight});
   if (weight.defined())

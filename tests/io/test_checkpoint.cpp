@@ -24,6 +24,7 @@
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
 #include "io/io_test_util.hpp"
+#include "src/io/checkpoint_header.hpp"
 
 using namespace dltrain;
 using Catch::Contains;
@@ -291,14 +292,15 @@ TEST_CASE("checkpoint errors: missing, not HDF5, truncated, newer format", "[io]
   fs::copy_file(DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5", old_future,
                 fs::copy_options::overwrite_existing);
   set_format_attribute(old_future, io::kCheckpointFormat + 1);
-  REQUIRE_THROWS_WITH(io::read_checkpoint(old_future),
+  REQUIRE_THROWS_WITH(io::detail::read_unverified_checkpoint(old_future),
                       Contains("format " + std::to_string(io::kCheckpointFormat + 1)) &&
                           Contains("upgrade dltrain"));
   REQUIRE_THROWS_WITH(io::write_checkpoint(scratch("no/such/dir/x.h5"), c),
                       Contains("does not exist"));
 
-  // Files without a header have no CRC: a dataset whose shape claims more bytes than the file
-  // holds (4 TiB here, never written) or more than it stores is refused before allocating.
+  // Files without a header have no CRC: when dltrain-convert restamp reads one, a dataset
+  // whose shape claims more bytes than the file holds (4 TiB here, never written) or more
+  // than it stores is refused before allocating.
   for (const auto& [dims, what] : std::vector<std::pair<std::vector<hsize_t>, std::string>>{
            {{1 << 20, 1 << 20}, "claims a shape larger than the file"},
            {{1000}, "has 0 bytes of data but its shape needs 4000"}}) {
@@ -323,7 +325,7 @@ TEST_CASE("checkpoint errors: missing, not HDF5, truncated, newer format", "[io]
     H5Dclose(ds);
     H5Sclose(space);
     H5Fclose(f);
-    REQUIRE_THROWS_WITH(io::read_checkpoint(crafted),
+    REQUIRE_THROWS_WITH(io::detail::read_unverified_checkpoint(crafted),
                         Contains("entry 'model/huge'") && Contains(what) && Contains("corrupt"));
   }
 }
@@ -331,7 +333,7 @@ TEST_CASE("checkpoint errors: missing, not HDF5, truncated, newer format", "[io]
 // Issue 16: every byte of a checkpoint is covered by the CRC in its header, which is checked
 // before HDF5 reads anything; the HDF5 part stays a plain HDF5 1.8/1.10 file with checksummed
 // metadata (superblock and object headers version 2).
-TEST_CASE("checkpoint integrity header: CRC, size, version; the HDF5 part stays readable",
+TEST_CASE("checkpoint integrity header: CRC, size, version, the HDF5 part stays readable",
           "[io][ckpt][corrupt]") {
   io::Checkpoint c;
   c.model.insert("w", randn({64, 64}));
@@ -396,7 +398,7 @@ TEST_CASE("checkpoint integrity header: CRC, size, version; the HDF5 part stays 
       bitwise_equal(io::read_checkpoint(with("same.h5", bytes)).model.at("w"), c.model.at("w")));
 }
 
-TEST_CASE("load_checkpoint restores model, optimizer, scheduler and RNG; errors load nothing",
+TEST_CASE("load_checkpoint restores model, optimizer, scheduler and RNG, errors load nothing",
           "[io][ckpt]") {
   manual_seed(5);
   auto model = models::resnet18({.num_classes = 10, .cifar_stem = true});
@@ -478,10 +480,22 @@ TEST_CASE("keep_last rotates older checkpoints to path.1, path.2", "[io][ckpt]")
   REQUIRE_FALSE(fs::exists(path + ".3"));
 }
 
-TEST_CASE("a format-1 checkpoint from before integrity headers still loads", "[io][ckpt]") {
-  const std::string path = DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5";
+TEST_CASE(
+    "a format-1 checkpoint (no integrity header) is refused naming restamp and loads bit "
+    "for bit once restamped",
+    "[io][ckpt]") {
+  const std::string ref = DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5";
   const io::Checkpoint want = format1_fixture();
-  const io::Checkpoint got = io::read_checkpoint(path);
+  const std::string path = scratch("format1.h5");
+  fs::copy_file(ref, path, fs::copy_options::overwrite_existing);
+  // The library never gives such a file to HDF5 (issue 28): the error names the fix.
+  REQUIRE_THROWS_WITH(io::read_checkpoint(path), Contains("no dltrain integrity header") &&
+                                                     Contains("dltrain-convert restamp " + path) &&
+                                                     Contains(path + ".unstamped"));
+  nn::Linear lin(2, 2);
+  REQUIRE_THROWS_WITH(io::load_checkpoint(path, lin), Contains("dltrain-convert restamp"));
+  // What restamp's child reads.
+  const io::Checkpoint got = io::detail::read_unverified_checkpoint(path);
   REQUIRE(got.format_version == 1);
   REQUIRE(got.dltrain_version == "0.1.0");
   REQUIRE(got.model.keys() == want.model.keys());
@@ -490,6 +504,179 @@ TEST_CASE("a format-1 checkpoint from before integrity headers still loads", "[i
     REQUIRE(bitwise_equal(got.model.at(k), t));
   }
   REQUIRE(same_checkpoint(got, want));
+#ifdef DLTRAIN_CONVERT_EXE
+  // In place: the stamped file loads through its CRC; the original is kept beside it.
+  const std::string cmd =
+      std::string(DLTRAIN_CONVERT_EXE) + " restamp '" + path + "' > '" + path + ".log' 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(same_checkpoint(io::read_checkpoint(path), want));
+  REQUIRE(fs::exists(path + ".unstamped"));
+  std::vector<char> a(fs::file_size(ref)), b(fs::file_size(path + ".unstamped"));
+  REQUIRE(a.size() == b.size());
+  std::ifstream(ref, std::ios::binary).read(a.data(), static_cast<std::streamsize>(a.size()));
+  std::ifstream(path + ".unstamped", std::ios::binary)
+      .read(b.data(), static_cast<std::streamsize>(b.size()));
+  REQUIRE(a == b);
+  // Again: nothing to do, and the kept original is not overwritten.
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::string line;
+  std::getline(std::ifstream(path + ".log"), line);
+  REQUIRE_THAT(line,
+               Contains("already has dltrain's integrity header") && Contains("nothing to do"));
+  // A file restamp is not for.
+  const std::string text = scratch("notes.h5");
+  std::ofstream(text) << "not a checkpoint\n";
+  const std::string bad =
+      std::string(DLTRAIN_CONVERT_EXE) + " restamp '" + text + "' > '" + text + ".log' 2>&1";
+  REQUIRE(WEXITSTATUS(std::system(bad.c_str())) == 2);
+  std::getline(std::ifstream(text + ".log"), line);
+  REQUIRE_THAT(line, Contains("dltrain-convert: error: restamp: '" + text + "' is"));
+#endif
+}
+
+// Child: for mutations [DLTRAIN_MUT_FIRST, DLTRAIN_MUT_END) of DLTRAIN_MUT_FILE (seeded as
+// the parent's), asks every in-process reader of checkpoints about the file: each must
+// raise dltrain::Error (the file has no integrity header, whatever else is wrong with it).
+// Writes the index of the mutation it is on to DLTRAIN_MUT_FILE.at before each, so that a
+// crash names it; exits 0 when all raised, 3 when one did not.
+TEST_CASE("unstamped checkpoint mutation child", "[.child]") {
+  const std::string path = std::getenv("DLTRAIN_MUT_FILE");
+  const int first = std::atoi(std::getenv("DLTRAIN_MUT_FIRST"));
+  const int end = std::atoi(std::getenv("DLTRAIN_MUT_END"));
+  ::alarm(600);
+  nn::Linear lin(2, 2);
+  for (int m = first; m < end; ++m) {
+    std::ofstream(path + ".at", std::ios::trunc) << m << "\n";
+    const std::string mutated = path + ".m" + std::to_string(m);
+    int raised = 0;
+    for (int reader = 0; reader < 3; ++reader) {
+      try {
+        if (reader == 0) (void)io::read_checkpoint(mutated);
+        if (reader == 1) (void)io::load_checkpoint(mutated, lin);
+        if (reader == 2) (void)io::load_safetensors(mutated);
+      } catch (const Error&) {
+        ++raised;
+      }
+    }
+    if (raised != 3) {
+      std::ofstream(path + ".out") << "mutation " << m << ": a reader did not raise\n";
+      std::_Exit(3);
+    }
+  }
+  std::_Exit(0);
+}
+
+// Issue 28: byte mutations (1-4 random bytes, or a truncation; deterministic seed) of a
+// checkpoint without the integrity header (tests/reference/io/checkpoint_format1.h5, written
+// by dltrain 0.1.0). In-process, every reader must raise dltrain::Error: none may give the
+// file to HDF5. Through dltrain-convert restamp (every DLTRAIN_UNSTAMPED_TOOL_EVERY-th
+// mutation, default 1 of 10), the tool must end with a checked copy or an error, never die:
+// a crash of HDF5 in its child becomes an error naming the file. DLTRAIN_UNSTAMPED_MUTATIONS
+// (default 1000) sets the count; the figures for 10,000 are in docs/performance.md.
+TEST_CASE(
+    "byte-mutated unstamped checkpoints: refused in process, never a crash through "
+    "restamp",
+    "[io][ckpt][corrupt]") {
+  const std::string ref = DLTRAIN_REFERENCE_DIR "/io/checkpoint_format1.h5";
+  std::vector<char> bytes(fs::file_size(ref));
+  std::ifstream(ref, std::ios::binary)
+      .read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const char* env_n = std::getenv("DLTRAIN_UNSTAMPED_MUTATIONS");
+  const int mutations = env_n ? std::atoi(env_n) : 1000;
+  const char* env_every = std::getenv("DLTRAIN_UNSTAMPED_TOOL_EVERY");
+  const int tool_every = env_every ? std::max(1, std::atoi(env_every)) : 10;
+  std::mt19937_64 rng(28);
+  const std::string base = scratch("unstamped");
+  // Write the mutations first (the children read them), then check them in chunks.
+  std::vector<std::string> where(static_cast<size_t>(mutations));
+  for (int m = 0; m < mutations; ++m) {
+    std::vector<char> b = bytes;
+    if (rng() % 8 == 0) {
+      b.resize(rng() % b.size());
+      where[static_cast<size_t>(m)] = "truncated to " + std::to_string(b.size());
+    } else {
+      const int k = 1 + static_cast<int>(rng() % 4);
+      where[static_cast<size_t>(m)] = "bytes";
+      for (int j = 0; j < k; ++j) {
+        const size_t pos = rng() % b.size();
+        b[pos] = static_cast<char>(b[pos] ^ static_cast<char>(1 + rng() % 255));
+        where[static_cast<size_t>(m)] += ' ';
+        where[static_cast<size_t>(m)] += std::to_string(pos);
+      }
+    }
+    std::ofstream(base + ".m" + std::to_string(m), std::ios::binary | std::ios::trunc)
+        .write(b.data(), static_cast<std::streamsize>(b.size()));
+  }
+  std::vector<std::string> bad;
+  // In process: one child per 500 mutations (a crash names its mutation; the next child
+  // goes on after it).
+  for (int first = 0; first < mutations;) {
+    const int end = std::min(mutations, first + 500);
+    const pid_t pid =
+        spawn_child("unstamped checkpoint mutation child",
+                    {"DLTRAIN_MUT_FILE=" + base, "DLTRAIN_MUT_FIRST=" + std::to_string(first),
+                     "DLTRAIN_MUT_END=" + std::to_string(end)});
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      first = end;
+      continue;
+    }
+    int at = first;
+    std::ifstream(base + ".at") >> at;
+    std::string msg;
+    std::getline(std::ifstream(base + ".out"), msg);
+    bad.push_back("in process, mutation " + std::to_string(at) + " (" +
+                  where[static_cast<size_t>(at)] + "): " +
+                  (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                       : "exit " + std::to_string(WEXITSTATUS(status))) +
+                  (msg.empty() ? "" : ": " + msg));
+    first = at + 1;
+  }
+  int tool_runs = 0, restamped = 0, refused = 0, child_crashed = 0;
+#ifdef DLTRAIN_CONVERT_EXE
+  for (int m = 0; m < mutations; m += tool_every) {
+    const std::string in = base + ".m" + std::to_string(m), out = base + ".stamped.h5";
+    fs::remove(out);
+    const std::string cmd = std::string(DLTRAIN_CONVERT_EXE) + " restamp '" + in + "' -o '" + out +
+                            "' --timeout 60 > '" + base + ".log' 2>&1";
+    const int status = std::system(cmd.c_str());
+    ++tool_runs;
+    std::string log, line;
+    for (std::ifstream f(base + ".log"); std::getline(f, line);) log += line + "\n";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      // The copy it wrote reads through its CRC.
+      try {
+        (void)io::read_checkpoint(out);
+        ++restamped;
+      } catch (const Error& e) {
+        bad.push_back("restamp of mutation " + std::to_string(m) +
+                      " succeeded but its output does not read: " + e.what());
+      }
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 2 &&
+               log.find("dltrain-convert: error: ") != std::string::npos) {
+      ++refused;
+      if (log.find("crashed the checking process") != std::string::npos) ++child_crashed;
+      if (fs::exists(out))
+        bad.push_back("restamp of mutation " + std::to_string(m) + " failed but wrote '" + out +
+                      "'");
+    } else {
+      bad.push_back("restamp of mutation " + std::to_string(m) + " (" +
+                    where[static_cast<size_t>(m)] + "): status " + std::to_string(status) + ": " +
+                    log);
+    }
+  }
+#endif
+  for (int m = 0; m < mutations; ++m) fs::remove(base + ".m" + std::to_string(m));
+  std::printf(
+      "unstamped checkpoint mutations: %d of a %zu-byte file, all refused in process unless "
+      "listed below; restamp on %d of them: %d stamped, %d errors (%d of them a crash of the "
+      "checking child), %zu bad\n",
+      mutations, bytes.size(), tool_runs, restamped, refused, child_crashed, bad.size());
+  for (const auto& line : bad) std::printf("  FAILED %s\n", line.c_str());
+  std::fflush(stdout);
+  INFO(bad.size() << " bad outcomes; first: " << (bad.empty() ? "" : bad.front()));
+  REQUIRE(bad.empty());
 }
 
 // Child: loads the (possibly corrupt) checkpoint DLTRAIN_CKPT_PATH and exits with 0 when it

@@ -200,7 +200,13 @@ TEST_CASE("mse_loss and binary_cross_entropy_with_logits", "[ops][loss]") {
   REQUIRE(mse_loss(a, b).item() == Approx(5.0 / 3));
   REQUIRE(mse_loss(a, b, Reduction::Sum).item() == Approx(5.0));
   REQUIRE(mse_loss(a, b, Reduction::None).to_vector<double>() == std::vector<double>{1, 0, 4});
-  gradcheck([](const V& v) { return mse_loss(v[0], v[1]); }, {leaf({3, 4}, 1), leaf({4}, 2)});
+  gradcheck([](const V& v) { return mse_loss(v[0], v[1]); }, {leaf({3, 4}, 1), leaf({3, 4}, 2)});
+  // A broadcast target, asked for explicitly (a different shape alone is refused).
+  gradcheck(
+      [](const V& v) {
+        return mse_loss(v[0], v[1].expand({3, 4}));
+      },
+      {leaf({3, 4}, 1), leaf({4}, 2)});
 
   Tensor x = tensor({-2.0, 0.5, 3.0, 50.0, -50.0, 0.0}, DType::f64).reshape({2, 3});
   Tensor y = tensor({0.0, 1.0, 0.3, 1.0, 0.0, 1.0}, DType::f64).reshape({2, 3});

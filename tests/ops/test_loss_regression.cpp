@@ -164,9 +164,53 @@ TEST_CASE("loss errors name the problem and the fix", "[ops][loss][errors]") {
                     Contains("beta must be non-negative"));
   CHECK_THROWS_WITH(huber_loss(x, t, Reduction::Mean, 0), Contains("delta must be positive"));
   CHECK_THROWS_WITH(binary_cross_entropy(add(x, 1.5), t), Contains("apply sigmoid first"));
-  CHECK_THROWS_WITH(binary_cross_entropy(x, rand({3, 2})), Contains("must equal the input shape"));
+  CHECK_THROWS_WITH(binary_cross_entropy(x, rand({3, 2})),
+                    Contains("target shape [3, 2] differs from input shape [2, 3]"));
   CHECK_THROWS_WITH(gaussian_nll_loss(x, t, rand({3})), Contains("fits neither input"));
   CHECK_THROWS_WITH(gaussian_nll_loss(x, t, sub(t, 2.0)), Contains("var has negative entries"));
   CHECK_THROWS_WITH(kl_div(randn({}), randn({}), KLDivReduction::BatchMean),
                     Contains("batchmean divides by the batch size"));
+}
+
+// Issue 28: a [4, 1, 8, 8] prediction against a [4, 8, 8] target broadcast silently to a
+// [4, 4, 8, 8] loss. Every loss with an elementwise target refuses a target of another
+// shape, naming both shapes and the fix; target.expand(input.shape()) broadcasts on purpose.
+TEST_CASE("losses refuse a target whose shape differs from the input's", "[ops][loss][errors]") {
+  Generator g(28);
+  const Tensor p = rand({4, 1, 8, 8}, DType::f32, &g), t = rand({4, 8, 8}, DType::f32, &g);
+  const Tensor logp = log_softmax(randn({4, 1, 8, 8}, DType::f32, &g), 1);
+  using L = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, L>> losses{
+      {"mse_loss", [](const Tensor& a, const Tensor& b) { return mse_loss(a, b); }},
+      {"l1_loss", [](const Tensor& a, const Tensor& b) { return l1_loss(a, b); }},
+      {"smooth_l1_loss", [](const Tensor& a, const Tensor& b) { return smooth_l1_loss(a, b); }},
+      {"huber_loss", [](const Tensor& a, const Tensor& b) { return huber_loss(a, b); }},
+      {"binary_cross_entropy",
+       [](const Tensor& a, const Tensor& b) { return binary_cross_entropy(a, b); }},
+      {"binary_cross_entropy_with_logits",
+       [](const Tensor& a, const Tensor& b) { return binary_cross_entropy_with_logits(a, b); }},
+      {"gaussian_nll_loss",
+       [](const Tensor& a, const Tensor& b) { return gaussian_nll_loss(a, b, ones_like(a)); }},
+      {"kl_div", [&](const Tensor& a, const Tensor& b) { return kl_div(a, b); }},
+  };
+  for (const auto& [name, loss] : losses) {
+    INFO(name);
+    const Tensor in = name == "kl_div" ? logp : p;
+    CHECK_THROWS_WITH(loss(in, t), Contains(name + ": target shape [4, 8, 8] differs from input "
+                                                   "shape [4, 1, 8, 8]") &&
+                                       Contains("would give [4, 4, 8, 8]") &&
+                                       Contains("target.unsqueeze(1) gives [4, 1, 8, 8]") &&
+                                       Contains("input.squeeze(1) gives [4, 8, 8]") &&
+                                       Contains("target.expand(input.shape())"));
+    // The other way round: the target has the extra dimension.
+    CHECK_THROWS_WITH(loss(in.squeeze(1), t.unsqueeze(1)),
+                      Contains("target.squeeze(1) gives [4, 8, 8]"));
+    // Shapes that broadcast to the input's own shape are refused too; expand is the way.
+    const Tensor row = t.select(0, 0).select(0, 0);  // [8]
+    CHECK_THROWS_WITH(loss(in.squeeze(1), row), Contains("reshape the target"));
+    const Tensor matched = loss(in, t.unsqueeze(1));
+    const Tensor expanded = loss(in.squeeze(1), row.expand(in.squeeze(1).shape()));
+    CHECK(matched.dim() == 0);
+    CHECK(expanded.dim() == 0);
+  }
 }

@@ -22,10 +22,11 @@
 // any device and memory format as row-major CPU data and load into whatever device
 // and format the receiving model uses. A load checks the CRC of every byte before the HDF5
 // library parses any, so a corrupt or truncated file raises dltrain::Error and never
-// crashes or loads altered values; files written before the header existed (dltrain 0.1.0,
-// which starts with the HDF5 signature) still load, with every size checked against the
-// file's size but without a CRC. Without HDF5 at build time every function raises
-// dltrain::Error saying so.
+// crashes or loads altered values. A file without the header (written by dltrain 0.1.0,
+// which starts with the HDF5 signature, or by another program) is refused with an error
+// naming the fix: `dltrain-convert restamp FILE` reads it once in a separate process (where
+// a crash of HDF5 on damaged metadata becomes an error) and writes it back with the header.
+// Without HDF5 at build time every function raises dltrain::Error saying so.
 #pragma once
 
 #include <cstdint>
@@ -100,7 +101,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt,
                       const SaveOptions& options = {});
 /// Reads a whole checkpoint into CPU tensors. Throws dltrain::Error naming the file for a
 /// missing, truncated, corrupt (CRC mismatch) or non-checkpoint file (naming its kind: "this
-/// is a safetensors file"), a newer format version, or a malformed entry.
+/// is a safetensors file"), a file without dltrain's integrity header (naming
+/// `dltrain-convert restamp`), a newer format version, or a malformed entry.
 Checkpoint read_checkpoint(const std::string& path);
 
 /// Saves model, optimizer and scheduler (either may be null), the progress, the default

@@ -44,15 +44,20 @@ struct NLLLossOptions {
 
 /// Negative log-likelihood of log-probabilities [N, C] against class indices [N].
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& opts = {});
-/// Mean (or summed) squared error; shapes broadcast.
+/// Mean (or summed) squared error. Like every loss with an elementwise target (l1,
+/// smooth_l1, huber, kl_div, binary_cross_entropy[_with_logits], gaussian_nll), target must
+/// have input's shape: a [N, 1, H, W] prediction against a [N, H, W] target would broadcast
+/// to another loss, so it is refused naming the unsqueeze/squeeze that matches them; pass
+/// target.expand(input.shape()) to broadcast on purpose.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 /// Numerically stable sigmoid + binary cross-entropy; pos_weight [C] optional.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction = Reduction::Mean,
                                         const Tensor& pos_weight = Tensor());
 
-// Regression and distribution losses (issue 14). Input and target broadcast as in PyTorch
-// (same shapes expected; PyTorch warns when they differ); every input may require grad.
+// Regression and distribution losses (issue 14). Input and target must have the same shape
+// (PyTorch broadcasts with a warning; dltrain refuses, see mse_loss); every input may
+// require grad.
 
 /// Mean (or summed) absolute error; the gradient at a zero difference is 0.
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
