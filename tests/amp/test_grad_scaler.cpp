@@ -400,7 +400,7 @@ TEST_CASE("GradScaler state_dict round-trips and continues the trajectory",
   CHECK(b.get_backoff_factor() == 0.5);
 }
 
-TEST_CASE("checkpoints save and restore the GradScaler; older files load without one",
+TEST_CASE("checkpoints save and restore the GradScaler, older files load without one",
           "[amp][grad_scaler][checkpoint]") {
   auto model = std::make_shared<nn::Linear>(3, 2);
   optim::SGD opt(model->parameters(), {.lr = 0.1});

@@ -47,7 +47,7 @@ TEST_CASE("cuDNN algorithm choice: the heuristic's first usable one, determinist
   CHECK(choose({}, false) == -1);
 }
 
-TEST_CASE("cuDNN workspace search halves on out-of-memory only; other errors propagate",
+TEST_CASE("cuDNN workspace search halves on out-of-memory only, other errors propagate",
           "[core][cudnn]") {
   std::vector<size_t> tried;
   // A device with 300 bytes free.

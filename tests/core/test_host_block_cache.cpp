@@ -145,7 +145,7 @@ TEST_CASE("empty_cache's clear waits for every fence and releases every block", 
   CHECK(h.cache.blocks() == 0);
 }
 
-TEST_CASE("record_stream refuses pageable memory; pinned statistics", "[core][pinned]") {
+TEST_CASE("record_stream refuses pageable memory, pinned statistics", "[core][pinned]") {
   using namespace dltrain;
   const Tensor pageable = ones({16});
   // Without CUDA: "built without CUDA"; with it: no stream reads pageable memory async.

@@ -134,7 +134,7 @@ TEST_CASE("dtype conversion round-trips and rounds", "[core]") {
   }
 }
 
-TEST_CASE("copy_ broadcasts and converts; clone owns its data", "[core]") {
+TEST_CASE("copy_ broadcasts and converts, clone owns its data", "[core]") {
   Tensor dst = zeros({2, 3}, DType::f64);
   dst.copy_(tensor({1, 2, 3}, DType::i64));
   REQUIRE(dst.to_vector<double>() == std::vector<double>{1, 2, 3, 1, 2, 3});

@@ -84,7 +84,7 @@ TEST_CASE("cuda: the NCCL stream is ordered after the producer and before the co
   CHECK(max(big).item<double>() == 40.0);
 }
 
-TEST_CASE("cuda: DDP over a one-rank NCCL group trains as the bare model; SyncBN on CUDA",
+TEST_CASE("cuda: DDP over a one-rank NCCL group trains as the bare model, SyncBN on CUDA",
           "[cuda][nccl][ddp]") {
   auto g = nccl_one();
   auto [ref, model] = twin_resnet18(1);

@@ -132,7 +132,7 @@ TEST_CASE("DDP in a world of one trains exactly as the bare model", "[distribute
   CHECK(flat_params(*ref) == flat_params(*model));
 }
 
-TEST_CASE("DDP no_sync accumulates locally; gradient_as_bucket_view shares the buckets",
+TEST_CASE("DDP no_sync accumulates locally, gradient_as_bucket_view shares the buckets",
           "[distributed][ddp]") {
   auto group = new_local_group(std::chrono::seconds(30));
   auto ref = small_cnn(false);

@@ -239,7 +239,7 @@ TEST_CASE("mpi_cuda_aware(): the library's answer, overridden by DLTRAIN_MPI_CUD
   CHECK(t.to_vector<float>()[6] == Approx((world_size() + 1) / 2.0));
 }
 
-TEST_CASE("on_main_process: rank 0 runs it, every rank waits; a failure reaches every rank",
+TEST_CASE("on_main_process: rank 0 runs it, every rank waits, a failure reaches every rank",
           "[mpi][init]") {
   const std::string path = "on_main_process_" + std::to_string(world_size()) + ".txt";
   std::remove(path.c_str());

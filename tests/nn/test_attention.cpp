@@ -107,7 +107,7 @@ TEST_CASE("scaled_dot_product_attention matches PyTorch (f64 and f32)") {
   }
 }
 
-TEST_CASE("scaled_dot_product_attention: causal equals the causal bool mask; masked keys get 0") {
+TEST_CASE("scaled_dot_product_attention: causal equals the causal bool mask, masked keys get 0") {
   const Tensor q = rnd({2, 5, 4}, 1), k = rnd({2, 7, 4}, 2), v = rnd({2, 7, 3}, 3);
   auto [o1, w1] = scaled_dot_product_attention_with_weights(q, k, v, Tensor(), 0.0, true);
   auto [o2, w2] = scaled_dot_product_attention_with_weights(q, k, v, causal_mask(5, 7));
@@ -297,7 +297,7 @@ TEST_CASE("TransformerEncoder (2 layers + final norm) matches PyTorch") {
   }
 }
 
-TEST_CASE("TransformerEncoder copies the layer; the layers nest in a Sequential") {
+TEST_CASE("TransformerEncoder copies the layer, the layers nest in a Sequential") {
   auto layer = std::make_shared<nn::TransformerEncoderLayer>(
       8, 2, nn::TransformerEncoderLayerOptions{.dim_feedforward = 16, .dropout = 0.0}, DType::f64);
   nn::TransformerEncoder enc(layer, 3);
@@ -323,7 +323,7 @@ TEST_CASE("TransformerEncoder copies the layer; the layers nest in a Sequential"
   CHECK_THAT(s, Contains("(norm2): LayerNorm((8,), eps=1e-05, elementwise_affine=True)"));
 }
 
-TEST_CASE("TransformerEncoderLayer bias=false has no bias parameters; bad arguments raise") {
+TEST_CASE("TransformerEncoderLayer bias=false has no bias parameters, bad arguments raise") {
   nn::TransformerEncoderLayer layer(8, 2, {.dim_feedforward = 16, .bias = false});
   for (const auto& [k, v] : layer.state_dict()) CHECK(k.find("bias") == std::string::npos);
   CHECK(layer.state_dict().size() == 6);  // in_proj, out_proj, linear1/2, norm1/2 weights

@@ -146,7 +146,7 @@ TEST_CASE("Module: to(dtype) and to(ChannelsLast) convert in place, keeping hand
   REQUIRE_THROWS_WITH(net.to(DType::i32), Contains("floating"));
 }
 
-TEST_CASE("Module: train/eval reach every descendant; BatchNorm and Dropout follow the mode") {
+TEST_CASE("Module: train/eval reach every descendant, BatchNorm and Dropout follow the mode") {
   Net net;
   net.eval();
   for (const auto& [name, m] : net.named_modules()) REQUIRE_FALSE(m->is_training());

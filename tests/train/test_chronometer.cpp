@@ -30,7 +30,7 @@ TEST_CASE("compute_stats: min, median (odd and even), mean, population std, max,
   CHECK(none.median == 0);
 }
 
-TEST_CASE("Chronometer: laps split a step into phases; warm-up steps are left out",
+TEST_CASE("Chronometer: laps split a step into phases, warm-up steps are left out",
           "[train][chronometer]") {
   test::ManualClock clock;
   Chronometer c({.warmup_steps = 1, .clock = clock.fn()});
@@ -72,7 +72,7 @@ TEST_CASE("Chronometer: laps split a step into phases; warm-up steps are left ou
   CHECK(s.device == "cpu");
 }
 
-TEST_CASE("Chronometer: a phase lapped twice in a step adds up; an unlapped one is absent",
+TEST_CASE("Chronometer: a phase lapped twice in a step adds up, an unlapped one is absent",
           "[train][chronometer]") {
   test::ManualClock clock;
   Chronometer c({.clock = clock.fn()});

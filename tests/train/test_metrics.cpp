@@ -102,7 +102,7 @@ TEST_CASE("CSV and JSON lines sinks: append keeps earlier rows and writes one he
   CHECK(lines_of(test::read_text(csv)).size() == 2);
 }
 
-TEST_CASE("JSON lines sink: every line parses; NaN/inf become null with a 'nonfinite' field",
+TEST_CASE("JSON lines sink: every line parses, NaN/inf become null with a 'nonfinite' field",
           "[train][metrics]") {
   test::TrainTempDir dir("jsonl");
   const std::string path = dir.file("m.jsonl");
@@ -166,7 +166,7 @@ TEST_CASE("make_histogram: equal-width buckets over the finite range", "[train][
   CHECK_THROWS_WITH(make_histogram({1}, 0), Contains("bins"));
 }
 
-TEST_CASE("image_from_tensor: CHW floats in [0,1] and u8 to HWC bytes; bad shapes refused",
+TEST_CASE("image_from_tensor: CHW floats in [0,1] and u8 to HWC bytes, bad shapes refused",
           "[train][metrics]") {
   // 3 x 1 x 2: red channel (0, 1), green (0.5, 2.0 -> clamped), blue (NaN -> 0, -1 -> 0).
   const Tensor t = from_vector<float>({0, 1, 0.5f, 2, std::nanf(""), -1}, {3, 1, 2});
@@ -222,7 +222,7 @@ TEST_CASE("Sinks refuse paths they cannot write with dltrain::Error naming path 
   CHECK_THROWS_WITH(MetricsWriter({.histogram_bins = 0}), Contains("histogram_bins"));
 }
 
-TEST_CASE("MetricsWriter: with no sink every call is a no-op; ranks other than 0 open nothing",
+TEST_CASE("MetricsWriter: with no sink every call is a no-op, ranks other than 0 open nothing",
           "[train][metrics]") {
   MetricsWriter none;
   CHECK_FALSE(none.active());

@@ -105,7 +105,7 @@ TEST_CASE("Progress: unknown total prints every 100 steps without bar or ETA",
   CHECK(out.find("ETA") == std::string::npos);
 }
 
-TEST_CASE("Progress: on a tty one live line redrawn with \\r, finished by a newline",
+TEST_CASE("Progress: on a tty one live line redrawn with a carriage return, finished by a newline",
           "[train][progress]") {
   std::FILE* f = std::tmpfile();
   REQUIRE(f);
@@ -135,7 +135,7 @@ TEST_CASE("Progress: on a tty one live line redrawn with \\r, finished by a newl
   CHECK_THAT(out, Contains("\x1b[K"));
 }
 
-TEST_CASE("Progress: ranks other than 0 print nothing; the rank comes from the launcher",
+TEST_CASE("Progress: ranks other than 0 print nothing, the rank comes from the launcher",
           "[train][progress]") {
   std::FILE* f = std::tmpfile();
   REQUIRE(f);
