@@ -79,7 +79,25 @@ std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grad_outputs)
   DLTRAIN_CHECK(!released_, "backward through '", name(),
                 "' a second time: its saved tensors were freed after the first backward; pass "
                 "retain_graph=true to the first backward() if you need to run it twice");
+  check_saved_versions();
   return fn_(grad_outputs);
+}
+
+void FunctionNode::check_saved_versions() const {
+  for (const SavedVersion& s : saved_versions_) {
+    const uint64_t now = s.counter->count.load(std::memory_order_relaxed);
+    if (now == s.version) continue;
+    const char* writer = s.counter->writer.load(std::memory_order_relaxed);
+    DLTRAIN_FAIL("backward of '", name(), "': ", s.is_output ? "output " : "input ", s.index,
+                 " of '", name(),
+                 "', which it saved to compute its gradient, was modified in place",
+                 writer ? std::string(" by '") + writer + "'" : std::string(), " after '", name(),
+                 "' ran (version ", s.version, ", now ", now,
+                 "; views of one tensor share it), so the gradient would be computed from the "
+                 "wrong values. Clone the tensor before changing it (t.clone()), use the out-of-"
+                 "place op (add instead of add_), or make the change before '",
+                 name(), "' uses the tensor");
+  }
 }
 
 void FunctionNode::release() {
@@ -201,14 +219,58 @@ void attach(const std::shared_ptr<Node>& node, const std::vector<Tensor>& output
 }
 }  // namespace
 
+namespace {
+
+// The inputs and outputs whose memory `backward` keeps (a captured handle, view or detach()ed
+// copy: anything over the same storage), each with its version now. Found by copying the
+// closure once while detail::t_copy_probe collects the tensors it holds.
+std::vector<SavedVersion> saved_versions(const BackwardFn& backward,
+                                         const std::vector<Tensor>& inputs,
+                                         const std::vector<Tensor>& outputs) {
+  std::vector<const TensorImpl*> held;
+  {
+    struct Probe {
+      std::vector<const TensorImpl*>* prev;
+      explicit Probe(std::vector<const TensorImpl*>* p) : prev(detail::t_copy_probe) {
+        detail::t_copy_probe = p;
+      }
+      ~Probe() { detail::t_copy_probe = prev; }
+    } probe(&held);
+    const BackwardFn copy = backward;
+  }
+  std::vector<SavedVersion> out;
+  if (held.empty()) return out;
+  std::vector<const VersionCounter*> kept;
+  kept.reserve(held.size());
+  for (const TensorImpl* impl : held)
+    if (impl != nullptr && impl->storage.version_counter() != nullptr)
+      kept.push_back(impl->storage.version_counter());
+  auto add = [&](const std::vector<Tensor>& ts, bool is_output) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (!ts[i].defined()) continue;
+      const VersionCounter* c = ts[i].impl()->storage.version_counter();
+      if (c == nullptr || std::find(kept.begin(), kept.end(), c) == kept.end()) continue;
+      out.push_back(
+          {c, c->count.load(std::memory_order_relaxed), is_output, static_cast<uint32_t>(i)});
+    }
+  };
+  add(inputs, false);
+  add(outputs, true);
+  return out;
+}
+
+}  // namespace
+
 void record(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward, HigherOrder higher) {
   if (!any_requires_grad(inputs)) return;
   std::vector<Edge> next;
   next.reserve(inputs.size());
   for (const Tensor& t : inputs) next.push_back(gradient_edge(t));
+  std::vector<SavedVersion> saved = saved_versions(backward, inputs, outputs);
   auto node = std::make_shared<FunctionNode>(
       name, std::move(next), static_cast<uint32_t>(outputs.size()), std::move(backward), higher);
+  node->set_saved_versions(std::move(saved));
   attach(node, outputs);
 }
 

@@ -112,7 +112,8 @@ const MallocTuning malloc_tuning;
 
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, Device device)
+    : version_(std::make_shared<VersionCounter>()), nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {
     if (nbytes < kCacheMin) {
       data_ = std::shared_ptr<void>(raw_alloc(nbytes == 0 ? 1 : nbytes),
@@ -131,6 +132,7 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 Storage Storage::pinned(size_t nbytes) {
   Storage s;
   s.data_ = backend::cuda::allocate_pinned(nbytes);
+  s.version_ = std::make_shared<VersionCounter>();
   s.nbytes_ = nbytes;
   s.device_ = Device::cpu();
   s.pinned_ = true;
@@ -138,7 +140,10 @@ Storage Storage::pinned(size_t nbytes) {
 }
 
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
-    : data_(data, std::move(deleter)), nbytes_(nbytes), device_(device) {}
+    : data_(data, std::move(deleter)),
+      version_(std::make_shared<VersionCounter>()),
+      nbytes_(nbytes),
+      device_(device) {}
 
 size_t cpu_cached_bytes() {
   std::lock_guard<std::mutex> lock(cache().mu);

@@ -15,6 +15,12 @@
 #include "src/backend/cuda/elementwise.hpp"
 
 namespace dltrain {
+namespace detail {
+constinit thread_local std::vector<const TensorImpl*>* t_copy_probe = nullptr;
+}  // namespace detail
+}  // namespace dltrain
+
+namespace dltrain {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -138,6 +144,10 @@ Tensor& Tensor::requires_grad_(bool r) {
   i->requires_grad = r;
   return *this;
 }
+
+uint64_t Tensor::version() const { return checked()->storage.version(); }
+
+void Tensor::bump_version(const char* op) const { checked()->storage.bump_version(op); }
 
 Tensor Tensor::grad() const {
   const auto& i = checked();
@@ -325,6 +335,7 @@ Tensor& Tensor::fill_(double value) {
   checked();
   DLTRAIN_CHECK(!(requires_grad() && is_leaf() && autograd::grad_mode_enabled()),
                 "fill_(): in-place change of a leaf that requires grad; wrap it in NoGradGuard");
+  impl_->storage.bump_version("fill_");
   if (device().is_cuda()) {
     // Dense (contiguous or channels-last) tensors fill [data_ptr, data_ptr + numel) in one
     // kernel; other layouts broadcast a 0-d device value through the strided copy kernel.

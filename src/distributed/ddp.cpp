@@ -249,6 +249,9 @@ struct DistributedDataParallel::Reducer
         copy_scaled_(b.wire, b.buffer, 1.0 / group->size());
         b.work = group->all_reduce(b.wire, ReduceOp::Sum);
       } else {
+        // The collective overwrites the bucket (the gradients' views) behind the version
+        // counter's back: it is told here.
+        b.buffer.bump_version("DDP all_reduce");
         b.work = group->all_reduce(b.buffer, ReduceOp::Avg);
       }
       b.launched = true;
@@ -512,8 +515,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   {
     NoGradGuard ng;
     std::vector<Work> works;
-    for (const auto& t : module_->parameters()) works.push_back(g.broadcast(t, 0));
-    for (const auto& t : module_->buffers()) works.push_back(g.broadcast(t, 0));
+    for (const auto& t : module_->parameters()) {
+      t.bump_version("DDP broadcast");
+      works.push_back(g.broadcast(t, 0));
+    }
+    for (const auto& t : module_->buffers()) {
+      t.bump_version("DDP broadcast");
+      works.push_back(g.broadcast(t, 0));
+    }
     for (auto& w : works) w.wait();
   }
 

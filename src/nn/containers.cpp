@@ -14,6 +14,10 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) :
   for (const auto& m : modules) push_back(m);
 }
 
+std::shared_ptr<Sequential> sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
+  return std::make_shared<Sequential>(modules);
+}
+
 Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
   return push_back(std::to_string(children_ref().size()), std::move(m));
 }
@@ -25,7 +29,7 @@ Sequential& Sequential::push_back(const std::string& name, std::shared_ptr<Modul
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& c : children_ref()) y = c.second->forward(y);
+  for (const auto& c : children_ref()) y = (*c.second)(y);  // errors name the child
   return y;
 }
 

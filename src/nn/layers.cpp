@@ -94,6 +94,26 @@ Conv2d::Conv2d(int64_t in, int64_t out, Int2 k, const Conv2dOptions& o, TensorOp
 void Conv2d::reset_parameters() { default_init(weight, bias); }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  // The layer knows in_channels: its hints can say which fix fits (issue 28).
+  if (x.defined() && x.dim() == 3) {
+    const bool images = in_channels == 1, one = x.size(0) == in_channels;
+    DLTRAIN_FAIL("Conv2d(in_channels=", in_channels, "): expected a 4-d input [N, ", in_channels,
+                 ", H, W] but got shape ", shape_str(x.shape()), "; ",
+                 images ? "for N one-channel images [N, H, W] add the channel dim with "
+                          "x.unsqueeze(1)"
+                 : one  ? "for one image [C, H, W] add the batch dim with x.unsqueeze(0)"
+                        : "add the missing batch dim (unsqueeze(0)) or channel dim "
+                          "(unsqueeze(1))");
+  }
+  if (x.defined() && x.dim() == 4 && x.size(1) != in_channels) {
+    DLTRAIN_FAIL("Conv2d: the input has ", x.size(1), " channels (shape ", shape_str(x.shape()),
+                 ") but the layer's in_channels is ", in_channels, "; ",
+                 x.size(3) == in_channels
+                     ? "the input looks like [N, H, W, C] data: permute it with "
+                       "x.permute({0, 3, 1, 2}) (channels-last layout is a memory format, not "
+                       "a shape: x.contiguous(MemoryFormat::ChannelsLast))"
+                     : "check the previous layer's out_channels, or this layer's in_channels");
+  }
   return conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
 }
 
@@ -385,7 +405,14 @@ std::string Embedding::extra_repr() const {
 }
 
 // --- parameter-free layers ----------------------------------------------------------
-Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor ReLU::forward(const Tensor& x) {
+  if (!inplace) return relu(x);
+  Tensor y = x;  // the same tensor: relu_ changes x's memory and history
+  relu_(y);
+  return y;
+}
+
+std::string ReLU::extra_repr() const { return inplace ? "inplace=true" : ""; }
 Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate); }
 std::string GELU::extra_repr() const { return approximate ? "approximate='tanh'" : ""; }
 Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope); }

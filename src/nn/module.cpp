@@ -1,6 +1,7 @@
 #include "dltrain/nn/module.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -68,6 +69,49 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
   DLTRAIN_CHECK(t.defined(), type_name_, ": buffer '", name, "' is undefined");
   buffers_.push_back({name, t.detach(), persistent});
   return buffers_.back().tensor;
+}
+
+namespace {
+
+// The modules called through operator() on this thread, outermost first.
+thread_local std::vector<const Module*> t_call_stack;
+
+// The dotted path of `target` among the descendants of `root` ("" when it is root), or
+// nullopt when it is not one of them.
+std::optional<std::string> path_below(const Module& root, const Module* target) {
+  if (&root == target) return std::string();
+  for (const auto& [name, child] : root.named_children()) {
+    if (auto p = path_below(*child, target)) return p->empty() ? name : name + "." + *p;
+  }
+  return std::nullopt;
+}
+
+// "enc2.block.1 (Conv2d)" for `m` under the outermost module called on this thread, or the
+// type name alone for that module (or one not below it).
+std::string location(const Module& m) {
+  if (!t_call_stack.empty() && t_call_stack.front() != &m) {
+    if (auto p = path_below(*t_call_stack.front(), &m); p && !p->empty())
+      return *p + " (" + m.type_name() + ")";
+  }
+  return m.type_name();
+}
+
+}  // namespace
+
+Tensor Module::operator()(const Tensor& x) {
+  t_call_stack.push_back(this);
+  struct Pop {
+    ~Pop() { t_call_stack.pop_back(); }
+  } pop;
+  try {
+    return forward(x);
+  } catch (const ModuleError&) {
+    throw;  // an inner module said where already
+  } catch (const OutOfMemoryError&) {
+    throw;  // callers that retry with less memory catch this type
+  } catch (const Error& e) {
+    throw ModuleError(location(*this), e.what());
+  }
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {

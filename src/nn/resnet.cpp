@@ -21,7 +21,7 @@ std::shared_ptr<nn::BatchNorm2d> bn(int64_t c) { return std::make_shared<nn::Bat
 
 // The residual sum and final ReLU shared by both block kinds.
 Tensor residual_out(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Module>& ds) {
-  return relu(add(branch, ds ? ds->forward(x) : x));
+  return relu(add(branch, ds ? (*ds)(x) : x));
 }
 
 }  // namespace
@@ -40,9 +40,10 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride,
   if (ds) downsample = register_module("downsample", std::move(ds));
 }
 
+// Children are called as (*m)(x) so that an error names the layer (nn::ModuleError).
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = relu(bn1->forward(conv1->forward(x)));
-  out = bn2->forward(conv2->forward(out));
+  Tensor out = relu((*bn1)((*conv1)(x)));
+  out = (*bn2)((*conv2)(out));
   return residual_out(out, x, downsample);
 }
 
@@ -61,9 +62,9 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride,
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = relu(bn1->forward(conv1->forward(x)));
-  out = relu(bn2->forward(conv2->forward(out)));
-  out = bn3->forward(conv3->forward(out));
+  Tensor out = relu((*bn1)((*conv1)(x)));
+  out = relu((*bn2)((*conv2)(out)));
+  out = (*bn3)((*conv3)(out));
   return residual_out(out, x, downsample);
 }
 
@@ -134,13 +135,13 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t planes, int64_t block
 Tensor ResNet::features(const Tensor& x) {
   DLTRAIN_CHECK(x.dim() == 4 && x.size(1) == 3, "ResNet: expected images [N, 3, H, W], got shape ",
                 shape_str(x.shape()));
-  Tensor y = relu(bn1->forward(conv1->forward(x)));
-  y = maxpool->forward(y);
-  y = layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
-  return avgpool->forward(y).flatten(1);
+  Tensor y = relu((*bn1)((*conv1)(x)));
+  y = (*maxpool)(y);
+  y = (*layer4)((*layer3)((*layer2)((*layer1)(y))));
+  return (*avgpool)(y).flatten(1);
 }
 
-Tensor ResNet::forward(const Tensor& x) { return fc->forward(features(x)); }
+Tensor ResNet::forward(const Tensor& x) { return (*fc)(features(x)); }
 
 std::shared_ptr<ResNet> resnet18(const ResNetOptions& o) {
   return std::make_shared<ResNet>(BlockKind::Basic, std::array<int64_t, 4>{2, 2, 2, 2}, o);

@@ -513,7 +513,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
   detail::check_defined("conv2d", weight, "weight");
   detail::check_same_device("conv2d", {&x, &weight, &bias});
   DLTRAIN_CHECK(x.dim() == 4, "conv2d: expected a 4-d input [N, C, H, W] but got shape ",
-                shape_str(x.shape()), "; add a batch dim with unsqueeze(0)");
+                shape_str(x.shape()),
+                x.dim() == 3 ? "; for N one-channel images [N, H, W] add the channel dim with "
+                               "unsqueeze(1), for one image [C, H, W] the batch dim with "
+                               "unsqueeze(0)"
+                             : "");
   DLTRAIN_CHECK(weight.dim() == 4,
                 "conv2d: expected a 4-d weight [C_out, C_in/groups, kH, kW] but got ",
                 shape_str(weight.shape()));
@@ -531,10 +535,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 st
   const int64_t N = x.size(0), Cin = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
   DLTRAIN_CHECK(Cin % groups == 0 && Cout % groups == 0 && weight.size(1) * groups == Cin,
-                "conv2d: input ", shape_str(x.shape()), " has ", Cin, " channels but weight ",
-                shape_str(weight.shape()), " with groups=", groups, " expects ",
-                weight.size(1) * groups, " (C_in/groups = weight.size(1)) and C_out = ", Cout,
-                " divisible by groups; fix the weight's shape or the groups argument");
+                "conv2d: the input has ", Cin, " channels (shape ", shape_str(x.shape()),
+                ") but the weight ", shape_str(weight.shape()), " with groups=", groups,
+                " expects ", weight.size(1) * groups,
+                " (C_in/groups = weight.size(1), and C_out = ", Cout,
+                " divisible by groups); fix the input, the weight's shape or the groups argument");
   DLTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == Cout),
                 "conv2d: bias must be [", Cout, "] (one per output channel of weight ",
                 shape_str(weight.shape()), ") but got ",

@@ -93,6 +93,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
                 shape_str(src.shape()), " does not broadcast to destination shape ",
                 shape_str(shape()));
   if (numel() == 0) return *this;
+  impl()->storage.bump_version("copy_");
   // Views of one storage (docs/design.md, "Copies between overlapping views"): the same
   // elements copy to themselves, a no-op; any other overlap reads a staged copy of the source,
   // as if it had been read whole before the first write (NumPy's semantics).
@@ -252,6 +253,7 @@ Tensor& copy_scaled_(Tensor& dst, const Tensor& src, double scale) {
                 "copy_scaled_: source shape ", shape_str(src.shape()),
                 " does not broadcast to destination shape ", shape_str(dst.shape()));
   if (dst.numel() == 0) return dst;
+  dst.bump_version("copy_scaled_");
   // As copy_: a partly overlapping source is staged; the same elements scale in place.
   if (dltrain::detail::memory_overlap(dst, src) == dltrain::detail::Overlap::Partial)
     return copy_scaled_(dst, staged_source(src), scale);

@@ -285,6 +285,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, double b) { return add(a, wrap_scalar(a, b)); }
 Tensor sub(const Tensor& a, double b) { return sub(a, wrap_scalar(a, b)); }
+Tensor add(double a, const Tensor& b) { return add(b, a); }
+Tensor sub(double a, const Tensor& b) { return sub(wrap_scalar(b, a), b); }
+Tensor mul(double a, const Tensor& b) { return mul(b, a); }
+Tensor div(double a, const Tensor& b) { return div(wrap_scalar(b, a), b); }
 Tensor mul(const Tensor& a, double b) { return mul(a, wrap_scalar(a, b)); }
 Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
 
@@ -428,20 +432,54 @@ Tensor pow(const Tensor& x, const Tensor& y) {
   return out;
 }
 
+namespace {
+// relu's and relu_'s backward, from the output (positive exactly where the input was).
+autograd::BackwardFn relu_backward(const Tensor& out) {
+  return [o = out.detach()](const std::vector<Tensor>& g) {
+    if (creating_graph()) return std::vector<Tensor>{grad_where(gt(o, 0.0), g[0])};
+    return std::vector<Tensor>{binary_float(GradOp::Relu, g[0], o, [](auto gv, auto v) {
+      return v > decltype(v)(0) ? gv : decltype(v)(0);
+    })};
+  };
+}
+}  // namespace
+
 Tensor relu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("relu", x);
   Tensor out =
       unary_float(UnaryOp::Relu, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
-  autograd::record(
-      "relu", {x}, {out},
-      [o = out.detach()](const std::vector<Tensor>& g) {
-        if (creating_graph()) return std::vector<Tensor>{grad_where(gt(o, 0.0), g[0])};
-        return std::vector<Tensor>{binary_float(GradOp::Relu, g[0], o, [](auto gv, auto v) {
-          return v > decltype(v)(0) ? gv : decltype(v)(0);
-        })};
-      },
-      kHigher);
+  autograd::record("relu", {x}, {out}, relu_backward(out), kHigher);
   return out;
+}
+
+Tensor& relu_(Tensor& self) {
+  DLTRAIN_OP_SCOPE("relu_", self);
+  detail::check_defined("relu_", self, "self");
+  DLTRAIN_CHECK(is_floating(self.dtype()), "relu_: self must be floating-point but has dtype ",
+                self.dtype(), "; use relu(), which returns a floating tensor");
+  const bool track = autograd::grad_mode_enabled() && self.requires_grad();
+  if (track) {
+    DLTRAIN_CHECK(!self.is_leaf(),
+                  "relu_: in-place change of a leaf that requires grad (a "
+                  "parameter or an input marked requires_grad); use relu()");
+    DLTRAIN_CHECK(self.impl()->storage.share_count() == 1,
+                  "relu_: the tensor shares its memory with another tensor (a view of it, or a "
+                  "copy an op kept for its backward), whose gradient history could not follow "
+                  "an in-place change; use relu() (out of place), or nn::ReLU without inplace");
+  }
+  self.bump_version("relu_");
+  if (self.numel() > 0) {
+    if (self.device().is_cuda()) {
+      cu::unary(UnaryOp::Relu, self, self, 0, 0);
+    } else {
+      dispatch_floating(self.dtype(), "relu_", [&]<class T>() {
+        unary_map<T, T>(self, self, [](T v) { return v > T(0) ? v : T(0); });
+      });
+    }
+  }
+  // The history of self now runs through relu_ (its input edge is self's old history).
+  if (track) autograd::record("relu_", {self}, {self}, relu_backward(self), kHigher);
+  return self;
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
@@ -918,6 +956,7 @@ Tensor& inplace(const char* name, Tensor& self, const std::vector<Tensor>& other
                   ": operand of shape ", shape_str(o.shape()),
                   " does not broadcast to self's shape ", shape_str(self.shape()));
   }
+  self.bump_version(name);
   dispatch_numeric(self.dtype(), name, [&]<class T>() {
     std::vector<Tensor> conv;
     for (const Tensor& o : others)

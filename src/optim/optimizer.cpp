@@ -197,7 +197,12 @@ void Optimizer::step() {
   // CPU parameters update in update(); CUDA ones are queued there and launched per group.
   detail::CudaBatchScope batch;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    for (Work& w : work[gi]) update(groups_[gi], w.idx, *w.param, w.grad);
+    for (Work& w : work[gi]) {
+      // update() writes the parameter (and its state) through raw pointers or fused CUDA
+      // kernels: the version counter learns of it here.
+      w.param->bump_version("Optimizer::step");
+      update(groups_[gi], w.idx, *w.param, w.grad);
+    }
     batch.flush();
   }
 }

@@ -77,6 +77,16 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t seq_;
 };
 
+/// An input or output of an op that its backward closure keeps, with the version of its
+/// memory (Storage::version) when the op ran. record() finds them by copying the closure once
+/// with detail::t_copy_probe set; apply() refuses to run the closure when one moved.
+struct SavedVersion {
+  const VersionCounter* counter = nullptr;
+  uint64_t version = 0;
+  bool is_output = false;
+  uint32_t index = 0;
+};
+
 /// A node whose backward is a closure (every op uses this).
 class FunctionNode final : public Node {
  public:
@@ -90,9 +100,16 @@ class FunctionNode final : public Node {
   /// See set_adjoint.
   void set_adjoint(BackwardFn adjoint) { adjoint_ = std::move(adjoint); }
   const BackwardFn& adjoint() const { return adjoint_; }
+  /// The saved inputs and outputs whose versions apply() checks (set by record()).
+  void set_saved_versions(std::vector<SavedVersion> v) { saved_versions_ = std::move(v); }
+  const std::vector<SavedVersion>& saved_versions() const { return saved_versions_; }
 
  private:
+  /// Throws dltrain::Error naming this op and the in-place op when a saved tensor changed.
+  void check_saved_versions() const;
+
   BackwardFn fn_;
+  std::vector<SavedVersion> saved_versions_;
   BackwardFn adjoint_;
   HigherOrder higher_;
   bool released_ = false;

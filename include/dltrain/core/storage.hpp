@@ -9,13 +9,25 @@
 // stream-ordered pool (a build without CUDA raises a clear error instead).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
 #include "dltrain/core/device.hpp"
 
 namespace dltrain {
+
+/// How many times a buffer's contents were changed in place, and by what. Shared by every
+/// tensor over the buffer (views, detach()ed copies), as PyTorch's version counter is shared by
+/// a tensor and its views. Autograd records the version of each tensor a backward function
+/// saved and refuses to run it when the version moved (docs/design.md, "Version counter").
+struct VersionCounter {
+  std::atomic<uint64_t> count{0};
+  /// The op of the last change ("add_", "copy_", ...; a string literal), or null.
+  std::atomic<const char*> writer{nullptr};
+};
 
 /// A shared byte buffer on a device.
 class Storage {
@@ -41,8 +53,26 @@ class Storage {
   /// Number of owners of the buffer (for tests of view sharing).
   long use_count() const { return data_.use_count(); }
 
+  /// Storage handles sharing this buffer (one per tensor over it: views, detach()ed copies),
+  /// unlike use_count, which also counts backends' references to the block.
+  long share_count() const { return version_.use_count(); }
+  /// The buffer's version counter (null for a default-constructed Storage).
+  VersionCounter* version_counter() const { return version_.get(); }
+  /// Changes so far (0 for a new buffer).
+  uint64_t version() const {
+    return version_ ? version_->count.load(std::memory_order_relaxed) : 0;
+  }
+  /// Records a change of the contents by `op` (a string literal): every in-place op, copy_ and
+  /// fill_ calls it, whatever the grad mode, and so must code that writes through data_ptr().
+  void bump_version(const char* op) const {
+    if (!version_) return;
+    version_->writer.store(op, std::memory_order_relaxed);
+    version_->count.fetch_add(1, std::memory_order_relaxed);
+  }
+
  private:
   std::shared_ptr<void> data_;
+  std::shared_ptr<VersionCounter> version_;
   size_t nbytes_ = 0;
   Device device_;
   bool pinned_ = false;

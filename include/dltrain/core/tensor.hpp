@@ -50,6 +50,14 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
 class Tensor;
+struct TensorImpl;
+
+namespace detail {
+/// While non-null, every Tensor copy-constructed on this thread appends its TensorImpl here:
+/// autograd::record copies an op's backward closure once with it set, to learn which tensors
+/// the closure keeps (their versions are then checked before it runs). Null otherwise.
+extern constinit thread_local std::vector<const TensorImpl*>* t_copy_probe;
+}  // namespace detail
 
 /// Autograd hook, called with the final gradient of a leaf tensor.
 using GradHook = std::function<void(const Tensor&)>;
@@ -98,6 +106,14 @@ class Tensor {
   /// An undefined tensor (defined() == false), used for "no gradient".
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  Tensor(const Tensor& other) : impl_(other.impl_) {
+    if (detail::t_copy_probe != nullptr) [[unlikely]]
+      detail::t_copy_probe->push_back(impl_.get());
+  }
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(const Tensor&) = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  ~Tensor() = default;
 
   bool defined() const { return impl_ != nullptr; }
   /// The state behind the handle; throws dltrain::Error on an undefined tensor.
@@ -147,6 +163,14 @@ class Tensor {
   Tensor& requires_grad_(bool r = true);
   /// Accumulated gradient of a leaf (undefined until backward reached it).
   Tensor grad() const;
+  /// How many times the memory under this tensor (shared with its views) was changed in
+  /// place. Autograd refuses to run a backward function whose saved tensors changed since it
+  /// saved them, naming both ops.
+  uint64_t version() const;
+  /// Records an in-place change by `op` (a string literal). The library's in-place ops,
+  /// copy_ and fill_ call it; code that writes through data_ptr() into a tensor autograd may
+  /// have saved must call it too.
+  void bump_version(const char* op) const;
   void set_grad(const Tensor& g) const;
   /// The node that produced this tensor (null for leaves).
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl()->grad_fn; }

@@ -42,6 +42,10 @@ class Sequential : public Module {
   std::shared_ptr<Module> operator[](int64_t i) const;
 };
 
+/// A Sequential of `modules`, shared: std::make_shared<nn::Sequential>({a, b}) cannot compile
+/// (a braced list does not pass through make_shared's forwarding), nn::sequential({a, b}) does.
+std::shared_ptr<Sequential> sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+
 /// An indexable list of modules; forward is the owner's business.
 class ModuleList : public Module {
  public:

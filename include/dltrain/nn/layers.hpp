@@ -205,10 +205,19 @@ class Embedding : public Module {
 };
 
 // --- activations and parameter-free layers ------------------------------------------
+struct ReLUOptions {
+  /// Overwrite the input with the output (relu_): saves one activation's memory. Safe with
+  /// autograd: refused where the input's memory is shared or was saved by an op (see relu_).
+  bool inplace = false;
+};
+
 class ReLU : public Module {
  public:
   ReLU() : Module("ReLU") {}
+  explicit ReLU(ReLUOptions options) : Module("ReLU"), inplace(options.inplace) {}
   Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  bool inplace = false;
 };
 
 class GELU : public Module {

@@ -41,6 +41,21 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;
 };
 
+/// A dltrain::Error raised inside a module called as m(x), with where it happened: what()
+/// reads "in enc2.block.1 (Conv2d): conv2d: expected ...", the path being the module's
+/// state-dict prefix under the outermost module called as m(x) (its type alone for that one).
+/// Modules called with ->forward(x) add nothing; out-of-memory errors pass unchanged.
+class ModuleError : public Error {
+ public:
+  ModuleError(std::string path, const std::string& message)
+      : Error("in " + path + ": " + message), path_(std::move(path)) {}
+  /// "enc2.block.1 (Conv2d)", or "UNet" for the outermost module.
+  const std::string& module_path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 /// Base class of layers and models. Subclasses register their tensors and children in
 /// their constructor and override forward().
 class Module : public std::enable_shared_from_this<Module> {
@@ -54,7 +69,9 @@ class Module : public std::enable_shared_from_this<Module> {
   /// The single-tensor forward pass. Modules with other signatures (losses) define
   /// their own; calling this one on them raises dltrain::Error.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// forward(x), with a dltrain::Error raised inside it rethrown as a ModuleError naming this
+  /// module's path (call children as (*child)(x) to get it).
+  Tensor operator()(const Tensor& x);
 
   const std::string& type_name() const { return type_name_; }
 

@@ -18,6 +18,11 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
+/// The scalar first: a + b, a - b (PyTorch's rsub), a * b, a / b.
+Tensor add(double a, const Tensor& b);
+Tensor sub(double a, const Tensor& b);
+Tensor mul(double a, const Tensor& b);
+Tensor div(double a, const Tensor& b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 /// Elementwise maximum / minimum (gradient goes to the larger / smaller; split on ties).
@@ -128,5 +133,13 @@ Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, double value 
 /// dltrain::Error for non-floating dtypes, two devices, a shape that does not broadcast, or a
 /// leaf that requires grad while grad mode is on.
 Tensor& copy_scaled_(Tensor& dst, const Tensor& src, double scale);
+
+/// max(self, 0) in place, with autograd: unlike the updates above it may change a tensor that
+/// requires grad while grad mode is on (an activation: nn::ReLU({.inplace = true})), whose
+/// history then continues through relu_. Refused for a leaf that requires grad, and for a
+/// tensor whose memory another tensor shares (a view of it, or a copy an op saved), whose
+/// history could not follow; an op that saved self for its backward raises there (the version
+/// counter). Saves the memory of relu()'s output.
+Tensor& relu_(Tensor& self);
 
 }  // namespace dltrain
