@@ -29,39 +29,33 @@ cmake --build "$build" -j "$jobs"
 phase "ctest"
 (cd "$build" && ctest --output-on-failure -j "$jobs")
 
-# Install into a scratch prefix and build the consumer project against it.
+# The installed package stands alone (tests/install/check_install.sh): installed into a scratch
+# prefix, moved elsewhere, then, with the checkout out of reach (a private mount namespace over
+# it, or the build tree and .deps renamed for the while), tests/install/ built against the
+# moved prefix through CMake and pkg-config and run, and every installed program run.
 phase "install checks (static, then shared)"
-prefix=$(mktemp -d)
-trap 'rm -rf "$prefix"' EXIT
-cmake --install "$build" --prefix "$prefix/usr" > /dev/null
-cmake -S tests/install -B "$prefix/consumer" -DCMAKE_PREFIX_PATH="$prefix/usr" > /dev/null
-cmake --build "$prefix/consumer" -j "$jobs" > /dev/null
-"$prefix/consumer/consumer"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+JOBS=$jobs bash tests/install/check_install.sh "$build" "$work/static"
+installed=$work/static/elsewhere/dltrain
 # The installed package records no absolute path to HDF5 or MPI (found again by name).
-if grep -E '/(lib|lib64)/[^" ]*(hdf5|libmpi)' "$prefix"/usr/lib*/cmake/dltrain/dltrainTargets*.cmake; then
+if grep -E '/(lib|lib64)/[^" ]*(hdf5|libmpi)' "$installed"/lib*/cmake/dltrain/dltrainTargets*.cmake; then
   echo "test.sh: the installed CMake package names HDF5/MPI by absolute path" >&2
   exit 1
 fi
-# pkg-config users: the same consumer built from dltrain.pc alone.
-pc_dir=$(dirname "$(find "$prefix/usr" -name dltrain.pc | head -1)")
-# shellcheck disable=SC2046
-c++ -O1 -o "$prefix/consumer/consumer_pc" tests/install/main.cpp \
-  $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs dltrain)
-pc_libs=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --libs-only-L dltrain | sed 's/-L//g; s/ \+/:/g')
-LD_LIBRARY_PATH="$pc_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix/consumer/consumer_pc"
 
-# The shared variant (DLTRAIN_SHARED=ON): the library alone in a second tree, whose objects
-# compile exactly as the static library's (ccache makes it a link; CCACHE_BASEDIR above),
-# installed and linked by the same consumer through CMake and pkg-config. libdltrain.so must
-# carry its SONAME and export nothing outside namespace dltrain (cmake/dltrain.map).
+# The shared variant (DLTRAIN_SHARED=ON): the library and the tools in a second tree, whose
+# objects compile exactly as the first tree's (ccache makes it a link; CCACHE_BASEDIR above),
+# checked the same way. libdltrain.so must carry its SONAME and export nothing outside
+# namespace dltrain (cmake/dltrain.map).
 shared=${SHARED_BUILD_DIR:-$build-shared}
 cmake -S . -B "$shared" -DCMAKE_BUILD_TYPE=Release -DDLTRAIN_CUDA="${DLTRAIN_CUDA:-AUTO}" \
   -DDLTRAIN_NATIVE=ON -DDLTRAIN_CUDA_ARCHITECTURES="${DLTRAIN_CUDA_ARCHITECTURES:-80;90}" \
   -DDLTRAIN_SHARED=ON -DDLTRAIN_BUILD_TESTS=OFF -DDLTRAIN_BUILD_EXAMPLES=OFF \
-  -DDLTRAIN_BUILD_BENCHMARKS=OFF -DDLTRAIN_BUILD_TOOLS=OFF > /dev/null
-cmake --build "$shared" -j "$jobs" --target dltrain
-cmake --install "$shared" --prefix "$prefix/shared" > /dev/null
-so=$(find "$prefix/shared" -name 'libdltrain.so.*.*.*' | head -1)
+  -DDLTRAIN_BUILD_BENCHMARKS=OFF -DDLTRAIN_BUILD_TOOLS=ON > /dev/null
+cmake --build "$shared" -j "$jobs"
+JOBS=$jobs bash tests/install/check_install.sh "$shared" "$work/shared"
+so=$(find "$work/shared/elsewhere/dltrain" -name 'libdltrain.so.*.*.*' | head -1)
 if [[ -z "$so" ]] || ! readelf -d "$so" | grep -q 'SONAME.*libdltrain\.so\.'; then
   echo "test.sh: the shared install has no versioned libdltrain.so with a SONAME" >&2
   exit 1
@@ -70,18 +64,6 @@ if nm -D --defined-only "$so" | awk '{print $3}' | c++filt | grep -v 'dltrain::'
   echo "test.sh: libdltrain.so exports the symbols above, outside namespace dltrain" >&2
   exit 1
 fi
-cmake -S tests/install -B "$prefix/consumer-shared" -DCMAKE_PREFIX_PATH="$prefix/shared" > /dev/null
-cmake --build "$prefix/consumer-shared" -j "$jobs" > /dev/null
-ldd "$prefix/consumer-shared/consumer" | grep -q "libdltrain.so.* => $prefix/shared" || {
-  echo "test.sh: the shared consumer does not load libdltrain.so from the install" >&2
-  exit 1
-}
-"$prefix/consumer-shared/consumer"
-pc_dir=$(dirname "$(find "$prefix/shared" -name dltrain.pc | head -1)")
-# shellcheck disable=SC2046
-c++ -O1 -o "$prefix/consumer-shared/consumer_pc" tests/install/main.cpp \
-  $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs dltrain)
-LD_LIBRARY_PATH="$(dirname "$so")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix/consumer-shared/consumer_pc"
 
 # AddressSanitizer + UndefinedBehaviorSanitizer on the CPU tests, the libFuzzer targets, and
 # ThreadSanitizer on the loader and the thread pool (SANITIZE=0 skips them).

@@ -21,4 +21,8 @@ prepend_path("CMAKE_PREFIX_PATH", root)
 prepend_path("PKG_CONFIG_PATH", pathJoin(root, "lib", "pkgconfig"))
 prepend_path("CPATH", pathJoin(root, "include"))
 prepend_path("LIBRARY_PATH", pathJoin(root, "lib"))
+-- Programs built with pkg-config find libdltrain.so (DLTRAIN_SHARED) and the oneDNN runtime
+-- installed beside it (libdnnl.so.3) here; dltrain's own programs and CMake-built programs
+-- find them through their run paths without it.
+prepend_path("LD_LIBRARY_PATH", pathJoin(root, "lib"))
 setenv("DLTRAIN_ROOT", root)

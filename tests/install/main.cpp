@@ -26,6 +26,11 @@ int main() {
   }
   const double wv = w.item(), bv = b.item();
   std::printf("consumer: w=%.4f b=%.4f (expect 2, 1)\n", wv, bv);
+  // A convolution: oneDNN's when the library has it, so its runtime must load and run from
+  // wherever the package put it (tests/install/check_install.sh moves the prefix first).
+  const double conv_sum = sum(conv2d(ones({1, 1, 4, 4}), ones({1, 1, 3, 3}))).item();
+  std::printf("consumer: conv2d sum=%.1f (expect 36)\n", conv_sum);
+  if (conv_sum != 36.0) return 1;
   // train/'s sinks link from the installed copy too (protobuf, ISA-L and libpng when the
   // library was built with them).
   const auto dir = std::filesystem::temp_directory_path() /

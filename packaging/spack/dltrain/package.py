@@ -70,6 +70,9 @@ class Dltrain(CMakePackage, CudaPackage):
         ]
         if spec.satisfies("+dnnl"):
             args.append(self.define("DLTRAIN_DNNL_ROOT", spec["onednn"].prefix))
+            # Spack's onednn stays a dependency, reached through Spack's RPATHs: no copy of
+            # libdnnl.so in dltrain's prefix (AUTO would not copy it either; said for clarity).
+            args.append(self.define("DLTRAIN_INSTALL_DNNL", "OFF"))
         if spec.satisfies("+cuda"):
             archs = sorted((a for a in spec.variants["cuda_arch"].value if a != "none"), key=int)
             if archs:
