@@ -71,6 +71,11 @@ class Storage {
   }
 
  private:
+  /// Owns `data` (freed by `deleter` with the last Storage) and a fresh version counter in one
+  /// allocation (storage.cpp).
+  template <class Deleter>
+  void adopt(void* data, Deleter deleter);
+
   std::shared_ptr<void> data_;
   std::shared_ptr<VersionCounter> version_;
   size_t nbytes_ = 0;
