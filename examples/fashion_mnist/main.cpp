@@ -48,6 +48,7 @@
 #include "dltrain/train/progress.hpp"
 #include "examples/common/example_util.hpp"
 #include "examples/common/training.hpp"
+#include "examples/fashion_mnist/model.hpp"
 
 using namespace dltrain;
 using namespace dltrain::examples;
@@ -63,7 +64,7 @@ struct Args : CommonFlags {
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
 Args parse(int argc, char** argv) {
   Args a;
-  a.data = "/usr/share/datasets/fashion-mnist";
+  a.data = fashion_mnist::kDefaultData;
   a.epochs = 3;
   cli::Flags f("fashion_mnist",
                "Fashion-MNIST with a small CNN, SGD + momentum and a OneCycle schedule, with the "
@@ -85,25 +86,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// conv(1->32)-BN-ReLU-pool, conv(32->64)-BN-ReLU-pool, linear(64*7*7 -> 10).
-std::shared_ptr<nn::Sequential> make_model() {
-  nn::Conv2dOptions c;
-  c.padding = 1;
-  c.bias = false;  // BN follows
-  auto m = std::make_shared<nn::Sequential>();
-  m->push_back(std::make_shared<nn::Conv2d>(1, 32, 3, c))
-      .push_back(std::make_shared<nn::BatchNorm2d>(32))
-      .push_back(std::make_shared<nn::ReLU>())
-      .push_back(std::make_shared<nn::MaxPool2d>(2))
-      .push_back(std::make_shared<nn::Conv2d>(32, 64, 3, c))
-      .push_back(std::make_shared<nn::BatchNorm2d>(64))
-      .push_back(std::make_shared<nn::ReLU>())
-      .push_back(std::make_shared<nn::MaxPool2d>(2))
-      .push_back(std::make_shared<nn::Flatten>())
-      .push_back(std::make_shared<nn::Linear>(64 * 7 * 7, 10));
-  return m;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,7 +97,7 @@ int main(int argc, char** argv) {
     const Run run = start_run(args, /*data_parallel=*/true, &backend);
     const Device device = run.device;
     const int ranks = run.ranks;
-    data::ImageOptions norm{{0.2860f}, {0.3530f}};
+    const data::ImageOptions norm = fashion_mnist::normalization();
     auto t_load = Clock::now();
     auto train_set = std::make_shared<data::MNIST>(args.data, true, norm);
     auto test_set = std::make_shared<data::MNIST>(args.data, false, norm);
@@ -143,7 +125,7 @@ int main(int argc, char** argv) {
           backend, static_cast<long long>(args.batch_size),
           static_cast<long long>(args.batch_size * ranks));
 
-    auto model = make_model();
+    auto model = fashion_mnist::make_model();
     model->to(device);
     const MemoryFormat fmt = args.prec.format();
     model->to(fmt);

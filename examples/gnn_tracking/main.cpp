@@ -44,6 +44,7 @@
 #include "examples/common/example_util.hpp"
 #include "examples/common/training.hpp"
 #include "examples/gnn_tracking/detector.hpp"
+#include "examples/gnn_tracking/model.hpp"
 
 using namespace dltrain;
 using namespace dltrain::examples;
@@ -99,83 +100,6 @@ Args parse(int argc, char** argv) {
     a.epochs = std::min<int64_t>(a.epochs, 2);
   }
   return a;
-}
-
-// Linear-ReLU-Linear, with a final ReLU unless it produces logits.
-std::shared_ptr<nn::Sequential> mlp(int64_t in, int64_t hidden, int64_t out, bool final_relu) {
-  auto m = std::make_shared<nn::Sequential>();
-  m->push_back(std::make_shared<nn::Linear>(in, hidden))
-      .push_back(std::make_shared<nn::ReLU>())
-      .push_back(std::make_shared<nn::Linear>(hidden, out));
-  if (final_relu) m->push_back(std::make_shared<nn::ReLU>());
-  return m;
-}
-
-using Graph3 = std::tuple<Tensor, Tensor, Tensor>;  // (x, edge_index, e)
-
-// Node and edge features to the hidden size.
-struct Encoder : nn::Module {
-  std::shared_ptr<nn::Sequential> node, edge;
-  Encoder(int64_t node_in, int64_t edge_in, int64_t h) : nn::Module("Encoder") {
-    node = register_module("node", mlp(node_in, h, h, true));
-    edge = register_module("edge", mlp(edge_in, h, h, true));
-  }
-  Graph3 forward(const Tensor& x, const Tensor& edge_index, const Tensor& edge_attr) {
-    return {node->forward(x), edge_index, edge->forward(edge_attr)};
-  }
-};
-
-// One interaction-network iteration: edge messages from both ends and the edge's own state,
-// summed into the nodes at either end (index_add), nodes updated from themselves and the two
-// sums; both updates residual.
-struct Interaction : nn::Module {
-  std::shared_ptr<nn::Sequential> edge_mlp, node_mlp;
-  explicit Interaction(int64_t h) : nn::Module("Interaction") {
-    edge_mlp = register_module("edge_mlp", mlp(3 * h, h, h, true));
-    node_mlp = register_module("node_mlp", mlp(3 * h, h, h, true));
-  }
-  Graph3 forward(const Tensor& x, const Tensor& edge_index, const Tensor& e) {
-    const Tensor src = edge_index.select(0, 0), dst = edge_index.select(0, 1);
-    const Tensor m =
-        edge_mlp->forward(cat({index_select(x, 0, src), index_select(x, 0, dst), e}, 1));
-    const Tensor zero = zeros_like(x);
-    const Tensor in = index_add(zero, 0, dst, m);   // from the inner-layer neighbours
-    const Tensor out = index_add(zero, 0, src, m);  // from the outer-layer neighbours
-    const Tensor x2 = add(x, node_mlp->forward(cat({x, in, out}, 1)));
-    return {x2, edge_index, add(e, m)};
-  }
-};
-
-// The K iterations, in a typed list (state-dict keys "1.layers.0.edge_mlp.0.weight", ...).
-struct Processor : nn::Module {
-  std::shared_ptr<nn::ModuleListOf<Interaction>> layers;
-  Processor(int64_t h, int64_t k) : nn::Module("Processor") {
-    layers = register_module("layers", std::make_shared<nn::ModuleListOf<Interaction>>());
-    for (int64_t i = 0; i < k; ++i) layers->push_back(std::make_shared<Interaction>(h));
-  }
-  Graph3 forward(Tensor x, const Tensor& edge_index, Tensor e) {
-    for (const auto& layer : layers->modules())
-      std::tie(x, std::ignore, e) = layer->forward(x, edge_index, e);
-    return {x, edge_index, e};
-  }
-};
-
-// One logit per edge.
-struct EdgeClassifier : nn::Module {
-  std::shared_ptr<nn::Sequential> net;
-  explicit EdgeClassifier(int64_t h) : nn::Module("EdgeClassifier") {
-    net = register_module("net", mlp(3 * h, h, 1, false));
-  }
-  Tensor forward(const Tensor& x, const Tensor& edge_index, const Tensor& e) {
-    const Tensor src = edge_index.select(0, 0), dst = edge_index.select(0, 1);
-    return net->forward(cat({index_select(x, 0, src), index_select(x, 0, dst), e}, 1)).squeeze(1);
-  }
-};
-
-auto make_model(int64_t hidden, int64_t iterations) {
-  return nn::chain(std::make_shared<Encoder>(3, 4, hidden),
-                   std::make_shared<Processor>(hidden, iterations),
-                   std::make_shared<EdgeClassifier>(hidden));
 }
 
 // Edge counts at the 0.5 threshold (logit > 0).
@@ -239,7 +163,7 @@ int main(int argc, char** argv) {
         train_set, {.batch_size = args.batch_size, .shuffle = true, .seed = args.seed});
     data::DataLoader test_loader(test_set, {.batch_size = args.batch_size});
 
-    auto model = make_model(args.hidden, args.iterations);
+    auto model = gnn_tracking::make_model(args.hidden, args.iterations);
     std::printf("model: %lld parameters, %d threads\n%s\n",
                 static_cast<long long>(model->num_parameters()), get_num_threads(),
                 model->str().c_str());
