@@ -294,7 +294,12 @@ void run_restamp_child(const std::string& in, const std::string& tmp, double tim
   while (!messages.empty() && messages.back() == '\n') messages.pop_back();
   std::error_code ec;
   const bool wrote = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!wrote) std::filesystem::remove(tmp, ec);
+  if (!wrote) {
+    // The child's write_checkpoint writes TMP.tmp-<its pid> and renames it: a child killed
+    // while writing leaves that behind.
+    std::filesystem::remove(tmp, ec);
+    std::filesystem::remove(tmp + ".tmp-" + std::to_string(pid), ec);
+  }
   DLTRAIN_CHECK(!timed_out, "restamp: reading '", in, "' took longer than ", timeout_s,
                 " s in the checking process, which was stopped; the file is probably damaged "
                 "(HDF5 can loop on damaged metadata): use an older checkpoint ('",
