@@ -102,7 +102,6 @@ class FunctionNode final : public Node {
   const BackwardFn& adjoint() const { return adjoint_; }
   /// The saved inputs and outputs whose versions apply() checks (set by record()).
   void set_saved_versions(std::vector<SavedVersion> v) { saved_versions_ = std::move(v); }
-  const std::vector<SavedVersion>& saved_versions() const { return saved_versions_; }
 
  private:
   /// Throws dltrain::Error naming this op and the in-place op when a saved tensor changed.

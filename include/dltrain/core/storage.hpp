@@ -71,8 +71,9 @@ class Storage {
   }
 
  private:
-  /// Owns `data` (freed by `deleter` with the last Storage) and a fresh version counter in one
-  /// allocation (storage.cpp).
+  /// Owns `data` (freed by `deleter` with the last Storage) and gives it a fresh version
+  /// counter, taken from a slab pool rather than the heap between activation blocks
+  /// (storage.cpp).
   template <class Deleter>
   void adopt(void* data, Deleter deleter);
 
