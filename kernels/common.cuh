@@ -32,6 +32,7 @@
 
 #include "dltrain/core/tensor.hpp"
 #include "src/backend/cuda/runtime.hpp"
+#include "src/ops/elementwise_ops.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -120,29 +121,9 @@ decltype(auto) cu_dispatch_all(DType t, const char* op, F&& f) {
 // --- device math -----------------------------------------------------------------------
 
 /// float and double overloads of the math functions the kernels use (float calls the f
-/// variants, so a float kernel never computes in double by accident), and the GELU constants.
-namespace dm {
-#define DLTRAIN_DM_UNARY(name, fname)                                   \
-  __device__ __forceinline__ float name(float v) { return ::fname(v); } \
-  __device__ __forceinline__ double name(double v) { return ::name(v); }
-DLTRAIN_DM_UNARY(exp, expf)
-DLTRAIN_DM_UNARY(log, logf)
-DLTRAIN_DM_UNARY(log1p, log1pf)
-DLTRAIN_DM_UNARY(sqrt, sqrtf)
-DLTRAIN_DM_UNARY(fabs, fabsf)
-DLTRAIN_DM_UNARY(erf, erff)
-DLTRAIN_DM_UNARY(tanh, tanhf)
-DLTRAIN_DM_UNARY(expm1, expm1f)
-DLTRAIN_DM_UNARY(sin, sinf)
-DLTRAIN_DM_UNARY(cos, cosf)
-#undef DLTRAIN_DM_UNARY
-__device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
-__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
-
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-}  // namespace dm
+/// variants, so a float kernel never computes in double by accident), and the GELU constants:
+/// ew::math of src/ops/elementwise_ops.hpp, shared with the host formulas.
+namespace dm = ::dltrain::ew::math;
 
 // --- iteration plans -------------------------------------------------------------------
 

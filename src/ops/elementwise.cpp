@@ -4,9 +4,10 @@
 // accumulation type (float for f16/bf16) -- on the CPU, or the CUDA kernel of the same op
 // code (backend::cuda, src/backend/cuda/elementwise.hpp) when the inputs are on a CUDA
 // device -- and records a node whose backward is written with ops; gradients of broadcast
-// inputs are reduced back with sum_to. Every helper names its op by one backend op code,
-// which also gives its error-message name, and passes the CPU formula beside it. Unary
-// outputs keep the input's memory format.
+// inputs are reduced back with sum_to. The unary maps and the fused gradient kernels take
+// their formula from one functor per op (src/ops/elementwise_ops.hpp), which the CUDA kernels
+// run too; the op code also gives the error-message name. Unary outputs keep the input's
+// memory format.
 #include "dltrain/ops/elementwise.hpp"
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "src/backend/cuda/elementwise.hpp"
 #include "src/core/trace.hpp"
 #include "src/ops/common.hpp"
+#include "src/ops/elementwise_ops.hpp"
 
 namespace dltrain {
 
@@ -33,9 +35,8 @@ using cu::UnaryOp;
 
 namespace {
 
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
+using ew::math::kInvSqrt2Pi;
+using ew::math::kSqrt2OverPi;
 
 constexpr auto kHigher = autograd::HigherOrder::Supported;
 
@@ -55,21 +56,24 @@ Tensor out_like(const Shape& shape, DType dt, const Tensor& like) {
   return empty(shape, fmt, TensorOptions(dt).with_device(like.device()));
 }
 
-// Applies op(acc) -> acc to a floating tensor (ints are computed as float32); `code` (with
-// parameters a, b) is the same op for CUDA tensors.
-template <class Op>
-Tensor unary_float(UnaryOp code, const Tensor& x, Op op, double a = 0, double b = 0) {
-  const char* name = cu::op_name(code);
+// Applies the map Op (its functor's fwd in src/ops/elementwise_ops.hpp, parameters a, b) to a
+// floating tensor (ints are computed as float32), on the CPU or CUDA.
+template <UnaryOp Op>
+Tensor unary_float(const Tensor& x, double a = 0, double b = 0) {
+  const char* name = cu::op_name(Op);
   detail::check_defined(name, x, "input");
   const DType dt = is_floating(x.dtype()) ? x.dtype() : DType::f32;
   Tensor xin = x.dtype() == dt ? x : x.detach().to(dt);
   Tensor out = out_like(x.shape(), dt, x);
   if (x.device().is_cuda()) {
-    cu::unary(code, out, xin, a, b);
+    cu::unary(Op, out, xin, a, b);
     return out;
   }
   dispatch_floating(dt, name, [&]<class T>() {
-    unary_map<T, T>(out, xin, [&](T v) { return T(op(static_cast<acc_t<T>>(v))); });
+    using A = acc_t<T>;
+    using Fn = typename ew::unary_fn<Op>::type;
+    const A pa = static_cast<A>(a), pb = static_cast<A>(b);
+    unary_map<T, T>(out, xin, [pa, pb](T v) { return T(Fn::fwd(static_cast<A>(v), pa, pb)); });
   });
   return out;
 }
@@ -98,6 +102,20 @@ Tensor binary_float(Code code, const Tensor& a, const Tensor& b, Op op, double p
     });
   });
   return out;
+}
+
+// The fused gradient kernel Op (its functor's bwd in src/ops/elementwise_ops.hpp): out =
+// bwd(g, v) with parameters a, b, promoted and broadcast, on the CPU or CUDA.
+template <GradOp Op>
+Tensor grad_float(const Tensor& g, const Tensor& v, double a = 0, double b = 0) {
+  using Fn = typename ew::grad_fn<Op>::type;
+  return binary_float(
+      Op, g, v,
+      [a, b](auto gv, auto vv) {
+        using A = decltype(vv);
+        return Fn::bwd(gv, vv, A(a), A(b));
+      },
+      a, b);
 }
 
 // Raw arithmetic with promotion and broadcasting (no autograd); kind is Add, Sub, Mul, Div,
@@ -301,12 +319,8 @@ Tensor extremum(BinaryOp kind, const Tensor& a, const Tensor& b) {
        kind](const std::vector<Tensor>& g) {
         // Share of the gradient that goes to a: 1 where a wins, 0.5 on ties, 0 where b
         // wins.
-        const GradOp code = kind == BinaryOp::Max ? GradOp::MaxWeight : GradOp::MinWeight;
-        Tensor wa = binary_float(code, a, b, [kind](auto x, auto y) {
-          using A = decltype(x);
-          if (x == y) return A(0.5);
-          return (kind == BinaryOp::Max ? x > y : x < y) ? A(1) : A(0);
-        });
+        Tensor wa = kind == BinaryOp::Max ? grad_float<GradOp::MaxWeight>(a, b)
+                                          : grad_float<GradOp::MinWeight>(a, b);
         Tensor ga, gb;
         if (ra) ga = grad_for(mul(g[0], wa), a);
         if (rb) gb = grad_for(mul(g[0], add(neg(wa), 1.0)), b);
@@ -324,8 +338,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 
 Tensor neg(const Tensor& x) {
   DLTRAIN_OP_SCOPE("neg", x);
-  Tensor out = is_floating(x.dtype()) ? unary_float(UnaryOp::Neg, x, [](auto v) { return -v; })
-                                      : mul(x.detach(), -1.0);
+  Tensor out = is_floating(x.dtype()) ? unary_float<UnaryOp::Neg>(x) : mul(x.detach(), -1.0);
   autograd::record(
       "neg", {x}, {out},
       [](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(g[0])}; }, kHigher);
@@ -335,7 +348,7 @@ Tensor neg(const Tensor& x) {
 Tensor exp(const Tensor& x) {
   DLTRAIN_OP_SCOPE("exp", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::exp, {&x})) return exp((*ac)[0]);
-  Tensor out = unary_float(UnaryOp::Exp, x, [](auto v) { return std::exp(v); });
+  Tensor out = unary_float<UnaryOp::Exp>(x);
   autograd::record(
       "exp", {x}, {out},
       [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
@@ -348,7 +361,7 @@ Tensor exp(const Tensor& x) {
 Tensor log(const Tensor& x) {
   DLTRAIN_OP_SCOPE("log", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x})) return log((*ac)[0]);
-  Tensor out = unary_float(UnaryOp::Log, x, [](auto v) { return std::log(v); });
+  Tensor out = unary_float<UnaryOp::Log>(x);
   autograd::record(
       "log", {x}, {out},
       [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], x)}; }, kHigher);
@@ -357,7 +370,7 @@ Tensor log(const Tensor& x) {
 
 Tensor sqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sqrt", x);
-  Tensor out = unary_float(UnaryOp::Sqrt, x, [](auto v) { return std::sqrt(v); });
+  Tensor out = unary_float<UnaryOp::Sqrt>(x);
   autograd::record(
       "sqrt", {x}, {out},
       [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
@@ -370,7 +383,7 @@ Tensor sqrt(const Tensor& x) {
 Tensor rsqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("rsqrt", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::rsqrt, {&x})) return rsqrt((*ac)[0]);
-  Tensor out = unary_float(UnaryOp::Rsqrt, x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  Tensor out = unary_float<UnaryOp::Rsqrt>(x);
   autograd::record(
       "rsqrt", {x}, {out},
       [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
@@ -382,15 +395,12 @@ Tensor rsqrt(const Tensor& x) {
 
 Tensor abs(const Tensor& x) {
   DLTRAIN_OP_SCOPE("abs", x);
-  Tensor out = unary_float(UnaryOp::Abs, x, [](auto v) { return std::abs(v); });
+  Tensor out = unary_float<UnaryOp::Abs>(x);
   autograd::record(
       "abs", {x}, {out},
       [x = x.detach()](const std::vector<Tensor>& g) {
         if (creating_graph()) return std::vector<Tensor>{mul(g[0], sign(x))};
-        return std::vector<Tensor>{binary_float(GradOp::Abs, g[0], x, [](auto gv, auto v) {
-          using A = decltype(v);
-          return v > A(0) ? gv : (v < A(0) ? -gv : A(0));
-        })};
+        return std::vector<Tensor>{grad_float<GradOp::Abs>(g[0], x)};
       },
       kHigher);
   return out;
@@ -401,8 +411,7 @@ Tensor square(const Tensor& x) { return mul(x, x); }
 Tensor pow(const Tensor& x, double e) {
   DLTRAIN_OP_SCOPE("pow", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x})) return pow((*ac)[0], e);
-  Tensor out = unary_float(
-      UnaryOp::Pow, x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); }, e);
+  Tensor out = unary_float<UnaryOp::Pow>(x, e);
   autograd::record(
       "pow", {x}, {out},
       [x, e](const std::vector<Tensor>& g) {
@@ -437,17 +446,14 @@ namespace {
 autograd::BackwardFn relu_backward(const Tensor& out) {
   return [o = out.detach()](const std::vector<Tensor>& g) {
     if (creating_graph()) return std::vector<Tensor>{grad_where(gt(o, 0.0), g[0])};
-    return std::vector<Tensor>{binary_float(GradOp::Relu, g[0], o, [](auto gv, auto v) {
-      return v > decltype(v)(0) ? gv : decltype(v)(0);
-    })};
+    return std::vector<Tensor>{grad_float<GradOp::Relu>(g[0], o)};
   };
 }
 }  // namespace
 
 Tensor relu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("relu", x);
-  Tensor out =
-      unary_float(UnaryOp::Relu, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
+  Tensor out = unary_float<UnaryOp::Relu>(x);
   autograd::record("relu", {x}, {out}, relu_backward(out), kHigher);
   return out;
 }
@@ -473,7 +479,8 @@ Tensor& relu_(Tensor& self) {
       cu::unary(UnaryOp::Relu, self, self, 0, 0);
     } else {
       dispatch_floating(self.dtype(), "relu_", [&]<class T>() {
-        unary_map<T, T>(self, self, [](T v) { return v > T(0) ? v : T(0); });
+        using A = acc_t<T>;
+        unary_map<T, T>(self, self, [](T v) { return T(ew::Relu::fwd(A(v), A(0), A(0))); });
       });
     }
   }
@@ -484,20 +491,12 @@ Tensor& relu_(Tensor& self) {
 
 Tensor leaky_relu(const Tensor& x, double slope) {
   DLTRAIN_OP_SCOPE("leaky_relu", x);
-  Tensor out = unary_float(
-      UnaryOp::LeakyRelu, x,
-      [slope](auto v) { return v > decltype(v)(0) ? v : v * static_cast<decltype(v)>(slope); },
-      slope);
+  Tensor out = unary_float<UnaryOp::LeakyRelu>(x, slope);
   autograd::record(
       "leaky_relu", {x}, {out},
       [x = x.detach(), slope](const std::vector<Tensor>& g) {
         if (creating_graph()) return std::vector<Tensor>{where(gt(x, 0.0), g[0], mul(g[0], slope))};
-        return std::vector<Tensor>{binary_float(
-            GradOp::LeakyRelu, g[0], x,
-            [slope](auto gv, auto v) {
-              return v > decltype(v)(0) ? gv : gv * static_cast<decltype(v)>(slope);
-            },
-            slope)};
+        return std::vector<Tensor>{grad_float<GradOp::LeakyRelu>(g[0], x, slope)};
       },
       kHigher);
   return out;
@@ -517,11 +516,7 @@ Tensor gelu_derivative(const Tensor& x, bool approximate) {
   Tensor d;
   {
     NoGradGuard no_grad;
-    d = binary_float(GradOp::GeluErf, ones_like(x), x.detach(), [](auto gv, auto v) {
-      using A = decltype(v);
-      const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
-      return gv * (cdf + v * A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v));
-    });
+    d = grad_float<GradOp::GeluErf>(ones_like(x), x.detach());
   }
   autograd::record(
       "gelu_derivative", {x}, {d},
@@ -536,32 +531,14 @@ Tensor gelu_derivative(const Tensor& x, bool approximate) {
 
 Tensor gelu(const Tensor& x, bool approximate) {
   DLTRAIN_OP_SCOPE("gelu", x);
-  Tensor out =
-      unary_float(approximate ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x, [approximate](auto v) {
-        using A = decltype(v);
-        if (approximate)
-          return A(0.5) * v * (A(1) + std::tanh(A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v)));
-        return A(0.5) * v * (A(1) + std::erf(v * A(kSqrt1_2)));
-      });
+  Tensor out = approximate ? unary_float<UnaryOp::GeluTanh>(x) : unary_float<UnaryOp::GeluErf>(x);
   autograd::record(
       "gelu", {x}, {out},
       [x, approximate](const std::vector<Tensor>& g) {
         if (creating_graph())
           return std::vector<Tensor>{mul(g[0], gelu_derivative(x, approximate))};
-        return std::vector<Tensor>{binary_float(
-            approximate ? GradOp::GeluTanh : GradOp::GeluErf, g[0], x,
-            [approximate](auto gv, auto v) {
-              using A = decltype(v);
-              if (approximate) {
-                const A inner = A(kSqrt2OverPi) * (v + A(0.044715) * v * v * v);
-                const A t = std::tanh(inner);
-                const A dinner = A(kSqrt2OverPi) * (A(1) + A(3 * 0.044715) * v * v);
-                return gv * (A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dinner);
-              }
-              const A cdf = A(0.5) * (A(1) + std::erf(v * A(kSqrt1_2)));
-              const A pdf = A(kInvSqrt2Pi) * std::exp(A(-0.5) * v * v);
-              return gv * (cdf + v * pdf);
-            })};
+        return std::vector<Tensor>{approximate ? grad_float<GradOp::GeluTanh>(g[0], x)
+                                               : grad_float<GradOp::GeluErf>(g[0], x)};
       },
       kHigher);
   return out;
@@ -569,10 +546,7 @@ Tensor gelu(const Tensor& x, bool approximate) {
 
 Tensor sigmoid(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sigmoid", x);
-  Tensor out = unary_float(UnaryOp::Sigmoid, x, [](auto v) {
-    using A = decltype(v);
-    return v >= A(0) ? A(1) / (A(1) + std::exp(-v)) : std::exp(v) / (A(1) + std::exp(v));
-  });
+  Tensor out = unary_float<UnaryOp::Sigmoid>(x);
   autograd::record(
       "sigmoid", {x}, {out},
       [so = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
@@ -580,9 +554,7 @@ Tensor sigmoid(const Tensor& x) {
           const Tensor o = so.get();
           return std::vector<Tensor>{mul(g[0], mul(o, add(neg(o), 1.0)))};
         }
-        return std::vector<Tensor>{
-            binary_float(GradOp::Sigmoid, g[0], so.data(),
-                         [](auto gv, auto s) { return gv * s * (decltype(s)(1) - s); })};
+        return std::vector<Tensor>{grad_float<GradOp::Sigmoid>(g[0], so.data())};
       },
       kHigher);
   return out;
@@ -590,7 +562,7 @@ Tensor sigmoid(const Tensor& x) {
 
 Tensor tanh(const Tensor& x) {
   DLTRAIN_OP_SCOPE("tanh", x);
-  Tensor out = unary_float(UnaryOp::Tanh, x, [](auto v) { return std::tanh(v); });
+  Tensor out = unary_float<UnaryOp::Tanh>(x);
   autograd::record(
       "tanh", {x}, {out},
       [so = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
@@ -598,9 +570,7 @@ Tensor tanh(const Tensor& x) {
           const Tensor o = so.get();
           return std::vector<Tensor>{mul(g[0], add(neg(mul(o, o)), 1.0))};
         }
-        return std::vector<Tensor>{binary_float(GradOp::Tanh, g[0], so.data(), [](auto gv, auto t) {
-          return gv * (decltype(t)(1) - t * t);
-        })};
+        return std::vector<Tensor>{grad_float<GradOp::Tanh>(g[0], so.data())};
       },
       kHigher);
   return out;
@@ -610,25 +580,13 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   DLTRAIN_OP_SCOPE("clamp", x);
   DLTRAIN_CHECK(!(lo && hi && *lo > *hi), "clamp: min (", *lo, ") is greater than max (", *hi, ")");
   const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
-  Tensor out = unary_float(
-      UnaryOp::Clamp, x,
-      [l, h](auto v) {
-        using A = decltype(v);
-        return v < A(l) ? A(l) : (v > A(h) ? A(h) : v);
-      },
-      l, h);
+  Tensor out = unary_float<UnaryOp::Clamp>(x, l, h);
   autograd::record(
       "clamp", {x}, {out},
       [x = x.detach(), l, h](const std::vector<Tensor>& g) {
         if (creating_graph())
           return std::vector<Tensor>{grad_where(logical_and(ge(x, l), le(x, h)), g[0])};
-        return std::vector<Tensor>{binary_float(
-            GradOp::Clamp, g[0], x,
-            [l, h](auto gv, auto v) {
-              using A = decltype(v);
-              return (v >= A(l) && v <= A(h)) ? gv : A(0);
-            },
-            l, h)};
+        return std::vector<Tensor>{grad_float<GradOp::Clamp>(g[0], x, l, h)};
       },
       kHigher);
   return out;
@@ -647,16 +605,12 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
 }
 
 // --- activations and unary math (issue 14) ---------------------------------------
-// Formulas and edge rules are PyTorch's CPU kernels' (softplus's threshold, hardswish's
-// closed interval [-3, 3] in backward, elu through expm1); the CUDA functors in
-// kernels/elementwise_unary.cu and elementwise_grad.cu repeat them.
+// Their formulas (forward and fused backward) are the functors of src/ops/elementwise_ops.hpp,
+// which the CUDA kernels run too.
 
 Tensor silu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("silu", x);
-  Tensor out = unary_float(UnaryOp::Silu, x, [](auto v) {
-    using A = decltype(v);
-    return v / (A(1) + std::exp(-v));
-  });
+  Tensor out = unary_float<UnaryOp::Silu>(x);
   autograd::record(
       "silu", {x}, {out},
       [x](const std::vector<Tensor>& g) {
@@ -664,11 +618,7 @@ Tensor silu(const Tensor& x) {
           const Tensor s = sigmoid(x);
           return std::vector<Tensor>{mul(g[0], mul(s, add(mul(x, add(neg(s), 1.0)), 1.0)))};
         }
-        return std::vector<Tensor>{binary_float(GradOp::Silu, g[0], x, [](auto gv, auto v) {
-          using A = decltype(v);
-          const A s = A(1) / (A(1) + std::exp(-v));
-          return gv * s * (A(1) + v * (A(1) - s));
-        })};
+        return std::vector<Tensor>{grad_float<GradOp::Silu>(g[0], x)};
       },
       kHigher);
   return out;
@@ -679,28 +629,14 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   if (auto ac = amp::detail::autocast_args(amp::Op::softplus, {&x}))
     return softplus((*ac)[0], beta, threshold);
   DLTRAIN_CHECK(beta != 0, "softplus: beta must be non-zero");
-  Tensor out = unary_float(
-      UnaryOp::Softplus, x,
-      [beta, threshold](auto v) {
-        using A = decltype(v);
-        const A b = A(beta);
-        return v * b > A(threshold) ? v : std::log1p(std::exp(v * b)) / b;
-      },
-      beta, threshold);
+  Tensor out = unary_float<UnaryOp::Softplus>(x, beta, threshold);
   autograd::record(
       "softplus", {x}, {out},
       [x, beta, threshold](const std::vector<Tensor>& g) {
         if (creating_graph())
           return std::vector<Tensor>{
               where(gt(mul(x, beta), threshold), g[0], mul(g[0], sigmoid(mul(x, beta))))};
-        return std::vector<Tensor>{binary_float(
-            GradOp::Softplus, g[0], x,
-            [beta, threshold](auto gv, auto v) {
-              using A = decltype(v);
-              const A z = std::exp(v * A(beta));
-              return v * A(beta) > A(threshold) ? gv : gv * z / (z + A(1));
-            },
-            beta, threshold)};
+        return std::vector<Tensor>{grad_float<GradOp::Softplus>(g[0], x, beta, threshold)};
       },
       kHigher);
   return out;
@@ -708,25 +644,13 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
 
 Tensor elu(const Tensor& x, double alpha) {
   DLTRAIN_OP_SCOPE("elu", x);
-  Tensor out = unary_float(
-      UnaryOp::Elu, x,
-      [alpha](auto v) {
-        using A = decltype(v);
-        return v > A(0) ? v : A(alpha) * std::expm1(v);
-      },
-      alpha);
+  Tensor out = unary_float<UnaryOp::Elu>(x, alpha);
   autograd::record(
       "elu", {x}, {out},
       [x, alpha](const std::vector<Tensor>& g) {
         if (creating_graph())
           return std::vector<Tensor>{where(gt(x, 0.0), g[0], mul(g[0], mul(exp(x), alpha)))};
-        return std::vector<Tensor>{binary_float(
-            GradOp::Elu, g[0], x,
-            [alpha](auto gv, auto v) {
-              using A = decltype(v);
-              return v > A(0) ? gv : gv * A(alpha) * std::exp(v);
-            },
-            alpha)};
+        return std::vector<Tensor>{grad_float<GradOp::Elu>(g[0], x, alpha)};
       },
       kHigher);
   return out;
@@ -734,8 +658,7 @@ Tensor elu(const Tensor& x, double alpha) {
 
 Tensor mish(const Tensor& x) {
   DLTRAIN_OP_SCOPE("mish", x);
-  Tensor out =
-      unary_float(UnaryOp::Mish, x, [](auto v) { return v * std::tanh(std::log1p(std::exp(v))); });
+  Tensor out = unary_float<UnaryOp::Mish>(x);
   autograd::record(
       "mish", {x}, {out},
       [x](const std::vector<Tensor>& g) {
@@ -744,12 +667,7 @@ Tensor mish(const Tensor& x) {
           const Tensor d = add(t, mul(mul(x, sigmoid(x)), add(neg(mul(t, t)), 1.0)));
           return std::vector<Tensor>{mul(g[0], d)};
         }
-        return std::vector<Tensor>{binary_float(GradOp::Mish, g[0], x, [](auto gv, auto v) {
-          using A = decltype(v);
-          const A t = std::tanh(std::log1p(std::exp(v)));
-          const A s = A(1) / (A(1) + std::exp(-v));
-          return gv * (t + v * s * (A(1) - t * t));
-        })};
+        return std::vector<Tensor>{grad_float<GradOp::Mish>(g[0], x)};
       },
       kHigher);
   return out;
@@ -757,10 +675,7 @@ Tensor mish(const Tensor& x) {
 
 Tensor hardswish(const Tensor& x) {
   DLTRAIN_OP_SCOPE("hardswish", x);
-  Tensor out = unary_float(UnaryOp::Hardswish, x, [](auto v) {
-    using A = decltype(v);
-    return v <= A(-3) ? A(0) : (v >= A(3) ? v : v * (v + A(3)) / A(6));
-  });
+  Tensor out = unary_float<UnaryOp::Hardswish>(x);
   autograd::record(
       "hardswish", {x}, {out},
       [x](const std::vector<Tensor>& g) {
@@ -768,10 +683,7 @@ Tensor hardswish(const Tensor& x) {
           const Tensor mid = where(le(x, 3.0), mul(g[0], add(div(x, 3.0), 0.5)), g[0]);
           return std::vector<Tensor>{grad_where(ge(x, -3.0), mid)};
         }
-        return std::vector<Tensor>{binary_float(GradOp::Hardswish, g[0], x, [](auto gv, auto v) {
-          using A = decltype(v);
-          return v < A(-3) ? A(0) : (v <= A(3) ? gv * (v / A(3) + A(0.5)) : gv);
-        })};
+        return std::vector<Tensor>{grad_float<GradOp::Hardswish>(g[0], x)};
       },
       kHigher);
   return out;
@@ -779,7 +691,7 @@ Tensor hardswish(const Tensor& x) {
 
 Tensor sin(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sin", x);
-  Tensor out = unary_float(UnaryOp::Sin, x, [](auto v) { return std::sin(v); });
+  Tensor out = unary_float<UnaryOp::Sin>(x);
   autograd::record(
       "sin", {x}, {out},
       [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], cos(x))}; },
@@ -789,7 +701,7 @@ Tensor sin(const Tensor& x) {
 
 Tensor cos(const Tensor& x) {
   DLTRAIN_OP_SCOPE("cos", x);
-  Tensor out = unary_float(UnaryOp::Cos, x, [](auto v) { return std::cos(v); });
+  Tensor out = unary_float<UnaryOp::Cos>(x);
   autograd::record(
       "cos", {x}, {out},
       [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{neg(mul(g[0], sin(x)))}; },
@@ -800,7 +712,7 @@ Tensor cos(const Tensor& x) {
 Tensor log1p(const Tensor& x) {
   DLTRAIN_OP_SCOPE("log1p", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::log1p, {&x})) return log1p((*ac)[0]);
-  Tensor out = unary_float(UnaryOp::Log1p, x, [](auto v) { return std::log1p(v); });
+  Tensor out = unary_float<UnaryOp::Log1p>(x);
   autograd::record(
       "log1p", {x}, {out},
       [x](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], add(x, 1.0))}; },
@@ -811,7 +723,7 @@ Tensor log1p(const Tensor& x) {
 Tensor expm1(const Tensor& x) {
   DLTRAIN_OP_SCOPE("expm1", x);
   if (auto ac = amp::detail::autocast_args(amp::Op::expm1, {&x})) return expm1((*ac)[0]);
-  Tensor out = unary_float(UnaryOp::Expm1, x, [](auto v) { return std::expm1(v); });
+  Tensor out = unary_float<UnaryOp::Expm1>(x);
   autograd::record(
       "expm1", {x}, {out},
       [o = autograd::SavedOutput(out)](const std::vector<Tensor>& g) {
@@ -823,10 +735,7 @@ Tensor expm1(const Tensor& x) {
 
 Tensor sign(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sign", x);
-  Tensor out = unary_float(UnaryOp::Sign, x, [](auto v) {
-    using A = decltype(v);
-    return A((A(0) < v) - (v < A(0)));
-  });
+  Tensor out = unary_float<UnaryOp::Sign>(x);
   autograd::record(
       "sign", {x}, {out},
       [x = x.detach()](const std::vector<Tensor>&) { return std::vector<Tensor>{zeros_like(x)}; },

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "dltrain/core/tensor.hpp"
+#include "src/ops/elementwise_ops.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -22,42 +23,11 @@ void copy(const Tensor& dst, const Tensor& src);
 /// (float for 16-bit floats): copy_scaled_. Floating dtypes only.
 void copy_scaled(const Tensor& dst, const Tensor& src, double scale);
 
-/// Floating unary maps. Parameters: LeakyRelu a = negative slope; Clamp [a, b] (infinite for
-/// an absent bound); Pow a = exponent; Softplus a = beta, b = threshold; Elu a = alpha.
-enum class UnaryOp {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Relu,
-  LeakyRelu,
-  GeluErf,
-  GeluTanh,
-  Sigmoid,
-  Tanh,
-  Clamp,
-  Pow,
-  Silu,
-  Softplus,
-  Elu,
-  Mish,
-  Hardswish,
-  Sin,
-  Cos,
-  Log1p,
-  Expm1,
-  Sign
-};
-/// The op's public name ("relu", "gelu", ...), for error messages.
-constexpr const char* op_name(UnaryOp op) {
-  constexpr const char* names[] = {
-      "neg",  "exp",  "log",       "sqrt", "rsqrt", "abs",   "relu",  "leaky_relu",
-      "gelu", "gelu", "sigmoid",   "tanh", "clamp", "pow",   "silu",  "softplus",
-      "elu",  "mish", "hardswish", "sin",  "cos",   "log1p", "expm1", "sign"};
-  return names[static_cast<int>(op)];
-}
+/// Floating unary maps and the fused gradient kernels: one list and one functor per op in
+/// src/ops/elementwise_ops.hpp, shared with the CPU loops.
+using ew::GradOp;
+using ew::op_name;
+using ew::UnaryOp;
 /// out = op(x); x and out share a floating dtype.
 void unary(UnaryOp op, const Tensor& out, const Tensor& x, double a = 0, double b = 0);
 
@@ -73,38 +43,7 @@ constexpr const char* op_name(BinaryOp op) {
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1);
 
 /// Gradient helpers of the unary and extremum ops: out = f(g, v) where g is the incoming
-/// gradient and v the saved input (or output) named below; floating dtypes only.
-///   Relu: v = output; LeakyRelu: v = input, a = slope; GeluErf, GeluTanh, Abs: v = input;
-///   Sigmoid, Tanh: v = output; Clamp: v = input, [a, b] the bounds;
-///   MaxWeight / MinWeight: (g, v) are the operands (a, b) of maximum / minimum and the
-///   result is a's share of the gradient: 1 where a wins, 0.5 on ties, 0 where b wins.
-///   Silu, Mish, Hardswish: v = input; Softplus: v = input, a = beta, b = threshold;
-///   Elu: v = input, a = alpha.
-enum class GradOp {
-  Relu,
-  LeakyRelu,
-  GeluErf,
-  GeluTanh,
-  Sigmoid,
-  Tanh,
-  Clamp,
-  Abs,
-  MaxWeight,
-  MinWeight,
-  Silu,
-  Softplus,
-  Elu,
-  Mish,
-  Hardswish
-};
-constexpr const char* op_name(GradOp op) {
-  constexpr const char* names[] = {
-      "relu_backward",     "leaky_relu_backward", "gelu_backward",     "gelu_backward",
-      "sigmoid_backward",  "tanh_backward",       "clamp_backward",    "abs_backward",
-      "extremum_backward", "extremum_backward",   "silu_backward",     "softplus_backward",
-      "elu_backward",      "mish_backward",       "hardswish_backward"};
-  return names[static_cast<int>(op)];
-}
+/// gradient and v the saved input (or output) that DLTRAIN_GRAD_OPS names; floating dtypes.
 void binary_grad(GradOp op, const Tensor& out, const Tensor& g, const Tensor& v, double a = 0,
                  double b = 0);
 
