@@ -32,7 +32,7 @@
 
 #include "dltrain/core/tensor.hpp"
 #include "src/backend/cuda/runtime.hpp"
-#include "src/ops/elementwise_ops.hpp"
+#include "src/ops/elementwise_math.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -122,7 +122,7 @@ decltype(auto) cu_dispatch_all(DType t, const char* op, F&& f) {
 
 /// float and double overloads of the math functions the kernels use (float calls the f
 /// variants, so a float kernel never computes in double by accident), and the GELU constants:
-/// ew::math of src/ops/elementwise_ops.hpp, shared with the host formulas.
+/// ew::math of src/ops/elementwise_math.hpp, shared with the host formulas.
 namespace dm = ::dltrain::ew::math;
 
 // --- iteration plans -------------------------------------------------------------------

@@ -10,8 +10,9 @@
 // - ew::Name is the op's functor: `fwd(v, a, b)` (the map) and/or `bwd(g, v, a, b)` (its
 //   gradient kernel: g the incoming gradient, v the saved tensor the GradOp list names). They
 //   compute in the accumulation type A (float for f16/bf16 tensors, double for f64), with the
-//   parameters a, b converted to A; math goes through ew::math, which is std:: on the host
-//   and CUDA's functions on the device (the same formulas, so results agree to a few ulps).
+//   parameters a, b converted to A; math goes through ew::math (elementwise_math.hpp), std:: on
+//   the host and CUDA's functions on the device (the same formulas, so results agree to a few
+//   ulps).
 //
 // Adding an elementwise op: one list line, one functor here, the public function
 // (include/dltrain/ops/elementwise.hpp and src/ops/elementwise.cpp) and its op case
@@ -22,6 +23,7 @@
 #include <cstddef>
 
 #include "src/core/hd.hpp"
+#include "src/ops/elementwise_math.hpp"
 
 // Floating unary maps. Parameters: LeakyRelu a = negative slope; Clamp [a, b] (infinite for
 // an absent bound); Pow a = exponent; Softplus a = beta, b = threshold; Elu a = alpha.
@@ -97,42 +99,6 @@ static_assert(sizeof(kGradOpNames) / sizeof(kGradOpNames[0]) == kGradOpCount);
 /// The op's public name ("relu", "gelu", ...), for error messages.
 constexpr const char* op_name(UnaryOp op) { return kUnaryOpNames[static_cast<int>(op)]; }
 constexpr const char* op_name(GradOp op) { return kGradOpNames[static_cast<int>(op)]; }
-
-// --- math on both sides ----------------------------------------------------------------
-
-namespace math {
-#if defined(__CUDA_ARCH__)
-#define DLTRAIN_EW_MATH(name, fname)                                    \
-  __device__ __forceinline__ float name(float v) { return ::fname(v); } \
-  __device__ __forceinline__ double name(double v) { return ::name(v); }
-#else
-#define DLTRAIN_EW_MATH(name, fname)                  \
-  inline float name(float v) { return std::name(v); } \
-  inline double name(double v) { return std::name(v); }
-#endif
-DLTRAIN_EW_MATH(exp, expf)
-DLTRAIN_EW_MATH(log, logf)
-DLTRAIN_EW_MATH(log1p, log1pf)
-DLTRAIN_EW_MATH(sqrt, sqrtf)
-DLTRAIN_EW_MATH(fabs, fabsf)
-DLTRAIN_EW_MATH(erf, erff)
-DLTRAIN_EW_MATH(tanh, tanhf)
-DLTRAIN_EW_MATH(expm1, expm1f)
-DLTRAIN_EW_MATH(sin, sinf)
-DLTRAIN_EW_MATH(cos, cosf)
-#undef DLTRAIN_EW_MATH
-#if defined(__CUDA_ARCH__)
-__device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
-__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
-#else
-inline float pow(float x, float y) { return std::pow(x, y); }
-inline double pow(double x, double y) { return std::pow(x, y); }
-#endif
-
-constexpr double kSqrt1_2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-}  // namespace math
 
 // --- the functors ------------------------------------------------------------------------
 // Formulas and edge rules are PyTorch's CPU kernels' (softplus's threshold, hardswish's
