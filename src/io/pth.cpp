@@ -23,6 +23,7 @@
 
 #include "dltrain/core/error.hpp"
 #include "dltrain/io/file_format.hpp"
+#include "src/io/crc32.hpp"
 #include "src/io/raw_file.hpp"
 
 namespace dltrain::io {
@@ -37,40 +38,6 @@ constexpr const char* kResave =
 template <class... A>
 [[noreturn]] void fail(const std::string& path, const A&... a) {
   DLTRAIN_FAIL(kOp, ": '", path, "': ", a...);
-}
-
-// --- CRC-32 (IEEE, as ZIP uses), slicing-by-8 ---------------------------------------------
-
-const std::array<std::array<uint32_t, 256>, 8>& crc_tables() {
-  static const auto tables = [] {
-    std::array<std::array<uint32_t, 256>, 8> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (size_t s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFF];
-    return t;
-  }();
-  return tables;
-}
-
-uint32_t crc32(const unsigned char* p, uint64_t n) {
-  const auto& t = crc_tables();
-  uint32_t c = 0xFFFFFFFFu;
-  while (n >= 8) {
-    uint32_t lo, hi;
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= c;  // little-endian host (checked by the caller)
-    c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
-        t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
-    p += 8;
-    n -= 8;
-  }
-  while (n-- > 0) c = t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
 }
 
 // --- ZIP -------------------------------------------------------------------------------------
@@ -138,7 +105,7 @@ class ZipArchive {
   void read(const ZipEntry& e, void* dst) const {
     const std::string& path = f_.path();
     f_.read_at(locate(e), dst, e.size, "record '" + e.name + "'");
-    const uint32_t got = crc32(static_cast<const unsigned char*>(dst), e.size);
+    const uint32_t got = detail::crc32_update(0, dst, e.size);
     if (got != e.crc)
       fail(path, "record '", e.name, "' fails its CRC-32 check (stored ", e.crc, ", computed ", got,
            "): the data is corrupt, get a fresh copy of the file");

@@ -27,6 +27,8 @@
 #include <optional>
 #include <string>
 
+#include "src/io/crc32.hpp"
+
 namespace dltrain::io::detail {
 
 /// Bytes reserved before the HDF5 superblock (an HDF5 user block: 512 or a larger power of 2).
@@ -48,10 +50,6 @@ struct HeaderKind {
   /// Say "load it with io::load_safetensors / io::load_pth" when the file is one of those.
   bool weights_hint = false;
 };
-
-/// zlib's CRC-32 of `n` bytes continuing `crc` (0 to start). Throws dltrain::Error when
-/// dltrain was built without zlib.
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
 
 /// Writes the header into the first kVerifiedHeaderBytes of `path` (an HDF5 file created with
 /// a user block of that size, closed), with the CRC of the whole file, and flushes the file
