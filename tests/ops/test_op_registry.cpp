@@ -1,7 +1,7 @@
 // The op-case registry (tests/op_cases.*) on the CPU, one Catch2 test case per op case and check:
-//   "registry gradcheck: <case>"  f64 finite-difference gradcheck of the case's differentiable
-//                                  inputs, both layouts, and gradgradcheck where flagged;
-//   "registry cpu: <case>"        the case in each of its dtypes and layouts, forward and
+//   "registry: <case>"            f64 finite-difference gradcheck of the case's differentiable
+//                                  inputs, both layouts, and gradgradcheck where flagged; then
+//                                  the case in each of its dtypes and layouts, forward and
 //                                  backward, against the exact result (the op in f64 on the same
 //                                  rounded values), within the case's tolerance model;
 //   "registry dnnl: <case>"       cases with a oneDNN path, f32 and bf16, forward and backward,
@@ -140,13 +140,18 @@ bool valid_name(const std::string& n) {
     if (!valid_name(c.name) || !seen.insert(c.name).second) continue;
     const OpCase* p = &c;
     const bool f64 = std::find(c.dtypes.begin(), c.dtypes.end(), DType::f64) != c.dtypes.end();
-    if (!c.grad_inputs.empty() && f64 && !c.no_gradcheck)
-      register_test_case(
-          "registry gradcheck: " + c.name, "[ops][registry][gradcheck]", [p] { run_gradcheck(*p); },
-          __FILE__, __LINE__);
+    const bool grad = !c.grad_inputs.empty() && f64 && !c.no_gradcheck;
+    // One ctest test (one process) per case for the gradcheck and the dtype sweep: ctest's
+    // start-up per process is what the registry's run time is made of.
     register_test_case(
-        "registry cpu: " + c.name, "[ops][registry][cpu]", [p] { run_cpu(*p); }, __FILE__,
-        __LINE__);
+        "registry: " + c.name, grad ? "[ops][registry][gradcheck][cpu]" : "[ops][registry][cpu]",
+        [p, grad] {
+          if (grad) {
+            SECTION("f64 gradcheck") { run_gradcheck(*p); }
+          }
+          SECTION("every dtype and layout against the exact result") { run_cpu(*p); }
+        },
+        __FILE__, __LINE__);
     if (c.dnnl)
       register_test_case(
           "registry dnnl: " + c.name, "[ops][registry][dnnl]", [p] { run_dnnl(*p); }, __FILE__,
