@@ -215,6 +215,10 @@ std::vector<OpCase> build() {
   unary(
       "log", {"log"}, [](Tensor x) { return log(x); }, pos);
   unary(
+      "log2", {"log2"}, [](Tensor x) { return log2(x); }, pos);
+  unary(
+      "log10", {"log10"}, [](Tensor x) { return log10(x); }, pos);
+  unary(
       "sqrt", {"sqrt"}, [](Tensor x) { return sqrt(x); }, pos);
   unary(
       "rsqrt", {"rsqrt"}, [](Tensor x) { return rsqrt(x); }, pos);

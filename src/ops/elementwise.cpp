@@ -368,6 +368,27 @@ Tensor log(const Tensor& x) {
   return out;
 }
 
+namespace {
+// log2 and log10: log_b(x) = ln(x) / ln(b), so d/dx = 1 / (x ln(b)).
+template <UnaryOp Op>
+Tensor log_base(const char* name, const Tensor& x, double ln_base) {
+  DLTRAIN_OP_SCOPE(name, x);
+  if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x}))
+    return log_base<Op>(name, (*ac)[0], ln_base);
+  Tensor out = unary_float<Op>(x);
+  autograd::record(
+      name, {x}, {out},
+      [x, ln_base](const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{div(g[0], mul(x, ln_base))};
+      },
+      kHigher);
+  return out;
+}
+}  // namespace
+
+Tensor log2(const Tensor& x) { return log_base<UnaryOp::Log2>("log2", x, std::log(2.0)); }
+Tensor log10(const Tensor& x) { return log_base<UnaryOp::Log10>("log10", x, std::log(10.0)); }
+
 Tensor sqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sqrt", x);
   Tensor out = unary_float<UnaryOp::Sqrt>(x);

@@ -31,6 +31,8 @@
   X(Neg, "neg")              \
   X(Exp, "exp")              \
   X(Log, "log")              \
+  X(Log2, "log2")            \
+  X(Log10, "log10")          \
   X(Sqrt, "sqrt")            \
   X(Rsqrt, "rsqrt")          \
   X(Abs, "abs")              \
@@ -120,6 +122,18 @@ struct Log {
   template <class A>
   DLTRAIN_HD static A fwd(A v, A, A) {
     return math::log(v);
+  }
+};
+struct Log2 {
+  template <class A>
+  DLTRAIN_HD static A fwd(A v, A, A) {
+    return math::log2(v);
+  }
+};
+struct Log10 {
+  template <class A>
+  DLTRAIN_HD static A fwd(A v, A, A) {
+    return math::log10(v);
   }
 };
 struct Sqrt {

@@ -58,6 +58,9 @@ Tensor mish(const Tensor& x);
 Tensor hardswish(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+/// Logarithms to base 2 and 10; under autocast they run in f32, as log.
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
 /// log(1 + x), accurate for small x.
 Tensor log1p(const Tensor& x);
 /// exp(x) - 1, accurate for small x.
