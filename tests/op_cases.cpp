@@ -1066,6 +1066,11 @@ std::vector<OpCase> build() {
   const std::pair<Reduction, const char*> reductions[] = {
       {Reduction::Mean, "mean"}, {Reduction::Sum, "sum"}, {Reduction::None, "none"}};
   auto logits = [](G& g) { return V{g.normal({4, 5}), g.ints({1, 4, 0, 2})}; };
+  // Two [3, 4] operands whose values are distinct multiples of 1/4 (kinks of |a - b| away).
+  auto distinct_pair = [](G& g) {
+    Tensor d = g.distinct({2, 3, 4});
+    return V{d.select(0, 0).contiguous(), d.select(0, 1).contiguous()};
+  };
   for (const auto& rr : reductions) {
     const Reduction r = rr.first;
     const char* rn = rr.second;
@@ -1092,29 +1097,15 @@ std::vector<OpCase> build() {
         {0, 1}, et);
     loss2(
         std::string("l1_loss.") + rn, {"l1_loss"},
-        [r](const V& t) { return l1_loss(t[0], t[1], r); },
-        [](G& g) {
-          Tensor d = g.distinct({2, 3, 4});
-          return V{d.select(0, 0).contiguous(), d.select(0, 1).contiguous()};
-        },
-        {0, 1}, et);
+        [r](const V& t) { return l1_loss(t[0], t[1], r); }, distinct_pair, {0, 1}, et);
     loss2(
         std::string("smooth_l1_loss.") + rn, {"smooth_l1_loss"},
         [r](const V& t) { return smooth_l1_loss(t[0], t[1], r, 0.6); },
-        [](G& g) {
-          // differences of k/4, never at +-beta = 0.6
-          Tensor d = g.distinct({2, 3, 4});
-          return V{d.select(0, 0).contiguous(), d.select(0, 1).contiguous()};
-        },
+        distinct_pair,  // differences of k/4, never at +-beta = 0.6
         {0, 1}, et);
     loss2(
         std::string("huber_loss.") + rn, {"huber_loss"},
-        [r](const V& t) { return huber_loss(t[0], t[1], r, 0.6); },
-        [](G& g) {
-          Tensor d = g.distinct({2, 3, 4});
-          return V{d.select(0, 0).contiguous(), d.select(0, 1).contiguous()};
-        },
-        {0, 1}, et);
+        [r](const V& t) { return huber_loss(t[0], t[1], r, 0.6); }, distinct_pair, {0, 1}, et);
     loss2(
         std::string("binary_cross_entropy.") + rn, {"binary_cross_entropy"},
         [r](const V& t) { return binary_cross_entropy(t[0], t[1], Tensor(), r); },
