@@ -18,8 +18,11 @@
 
 // GCC 12 flags Eigen's AVX-512 kernels (_mm256_undefined_pd in its own headers) with a false
 // -Wmaybe-uninitialized at their inlining sites in this file.
+// (Clang has no such warning and would warn about the unknown option: GCC only.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <Eigen/Core>
 
 #include "dltrain/core/parallel.hpp"
@@ -209,4 +212,6 @@ DLTRAIN_GEMM_INSTANTIATE(double)
 
 }  // namespace dltrain::backend::cpu
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
