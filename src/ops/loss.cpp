@@ -578,6 +578,18 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return low ? y.to(x.dtype()) : y;
 }
 
+namespace {
+// Class weights that require grad would get no gradient (the losses are not differentiable
+// with respect to them, as in PyTorch, which refuses them the same way): refused rather than
+// left silently without one.
+void check_class_weight_no_grad(const char* op, const Tensor& weight) {
+  DLTRAIN_CHECK(!(weight.defined() && weight.requires_grad() && autograd::grad_mode_enabled()), op,
+                ": the class weights require grad, but the loss is not differentiable with "
+                "respect to them (as in PyTorch); pass weight.detach(), or to learn them compute "
+                "the loss with reduction None and multiply it by weight.index_select(0, target)");
+}
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
                      const CrossEntropyOptions& opts) {
   DLTRAIN_OP_SCOPE("cross_entropy", logits_in, target_in);
@@ -590,6 +602,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   const char* op = "cross_entropy";
   detail::check_defined(op, logits_in, "input");
   detail::check_defined(op, target_in, "target");
+  check_class_weight_no_grad(op, opts.weight);
   // Unbatched form: logits [C] with a 0-d target.
   const bool unbatched = logits_in.dim() == 1 && target_in.dim() == 0;
   const Tensor logits = unbatched ? logits_in.unsqueeze(0) : logits_in;
@@ -724,6 +737,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
   const char* op = "nll_loss";
   detail::check_defined(op, log_probs, "input");
   detail::check_defined(op, target, "target");
+  check_class_weight_no_grad(op, opts.weight);
   if (log_probs.device().is_cuda() || target.device().is_cuda())
     return nll_loss_cuda(log_probs, target, opts);
   ClassTargets ct = class_targets(op, log_probs, target, opts.ignore_index, opts.weight);

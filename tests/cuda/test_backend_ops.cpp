@@ -7,7 +7,7 @@
 // float (double for f64) accumulation of the case's K terms; for 16-bit dtypes both backends
 // compute in float and round once (PyTorch's opmath rule). A failure names the case, dtype,
 // layout, output or gradient, the worst element and its error against the bound, and says
-// whether the CPU's own run in that dtype meets the same bound.
+// whether the CPU's own run in that dtype meets the same bound. TF32 is off during the runs.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -36,7 +36,19 @@ std::vector<std::string> check_on(const OpCase& c, DType dt, MemoryFormat fmt, D
   return check_run(c, got, exact, c.tol.multilinear ? &scale : nullptr);
 }
 
+// TF32 off for the registry's runs: its bounds are those of f32 arithmetic (u = 2^-24), and
+// TF32 (on by default, as cuDNN's and cuBLAS's default) rounds the products' inputs to 10 bits.
+// The TF32 paths keep their own tests (tests/cuda/test_blas_cuda.cpp, test_dnn_cuda.cpp).
+struct NoTf32 {
+  bool was = cuda::allow_tf32();
+  NoTf32() { cuda::set_allow_tf32(false); }
+  ~NoTf32() { cuda::set_allow_tf32(was); }
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+};
+
 void run_backend_ops(const OpCase& c) {
+  const NoTf32 no_tf32;
   const Device cuda = Device::cuda(0);
   int checked = 0;
   for (DType dt : c.dtypes)

@@ -195,6 +195,30 @@ TEST_CASE("nll_loss values", "[ops][loss]") {
   REQUIRE(cross_entropy(x, t).item() == Approx(nll_loss(log_softmax(x, 1), t).item()));
 }
 
+TEST_CASE("class weights that require grad are refused, as PyTorch does", "[ops][loss][errors]") {
+  // The losses are not differentiable in the class weights: a weight that requires grad would
+  // be left without a gradient, silently. Detached, or under no_grad, it is used as before.
+  Tensor x = leaf({4, 3}, 5);
+  Tensor t = from_vector<int64_t>({0, 2, 1, 2}, {4});
+  Tensor w = tensor({1.0, 0.5, 2.0}, DType::f64);
+  w.requires_grad_();
+  CrossEntropyOptions co;
+  co.weight = w;
+  NLLLossOptions no;
+  no.weight = w;
+  CHECK_THROWS_WITH(cross_entropy(x, t, co),
+                    Contains("class weights require grad") && Contains("weight.detach()"));
+  CHECK_THROWS_WITH(nll_loss(log_softmax(x, 1), t, no), Contains("class weights require grad"));
+  co.weight = w.detach();
+  no.weight = w.detach();
+  const double ce = cross_entropy(x, t, co).item();
+  const double nll = nll_loss(log_softmax(x, 1), t, no).item();
+  CHECK(ce == Approx(nll).epsilon(1e-12));
+  NoGradGuard no_grad;
+  co.weight = w;
+  CHECK(cross_entropy(x, t, co).item() == ce);
+}
+
 TEST_CASE("mse_loss and binary_cross_entropy_with_logits", "[ops][loss]") {
   Tensor a = tensor({1, 2, 3}, DType::f64), b = tensor({0, 2, 5}, DType::f64);
   REQUIRE(mse_loss(a, b).item() == Approx(5.0 / 3));
