@@ -73,4 +73,18 @@ inline void check_close(const Tensor& got, const Tensor& want, double rtol, doub
   CHECK(ok);
 }
 
+/// Sets TF32 for f32 matmul and convolution (cuda::set_allow_tf32) for a scope and restores the
+/// previous setting: off where CUDA and the CPU must agree to f32 rounding (TF32 rounds the
+/// products' inputs to 10 mantissa bits), on where the TF32 path itself is tested.
+class Tf32 {
+ public:
+  explicit Tf32(bool on) : prev_(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
+  ~Tf32() { cuda::set_allow_tf32(prev_); }
+  Tf32(const Tf32&) = delete;
+  Tf32& operator=(const Tf32&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace dltrain::test

@@ -17,6 +17,7 @@
 #include "dltrain/dltrain.hpp"
 #include "op_cases.hpp"
 #include "op_cases_catch.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
 using namespace dltrain::testing;
@@ -36,19 +37,11 @@ std::vector<std::string> check_on(const OpCase& c, DType dt, MemoryFormat fmt, D
   return check_run(c, got, exact, c.tol.multilinear ? &scale : nullptr);
 }
 
-// TF32 off for the registry's runs: its bounds are those of f32 arithmetic (u = 2^-24), and
-// TF32 (on by default, as cuDNN's and cuBLAS's default) rounds the products' inputs to 10 bits.
-// The TF32 paths keep their own tests (tests/cuda/test_blas_cuda.cpp, test_dnn_cuda.cpp).
-struct NoTf32 {
-  bool was = cuda::allow_tf32();
-  NoTf32() { cuda::set_allow_tf32(false); }
-  ~NoTf32() { cuda::set_allow_tf32(was); }
-  NoTf32(const NoTf32&) = delete;
-  NoTf32& operator=(const NoTf32&) = delete;
-};
-
 void run_backend_ops(const OpCase& c) {
-  const NoTf32 no_tf32;
+  // TF32 off: the registry's bounds are f32 arithmetic's (u = 2^-24), and TF32 (on by
+  // default) rounds the products' inputs to 10 bits. The TF32 paths keep their own tests
+  // (tests/cuda/test_blas_cuda.cpp, test_dnn_cuda.cpp).
+  const test::Tf32 no_tf32(false);
   const Device cuda = Device::cuda(0);
   int checked = 0;
   for (DType dt : c.dtypes)

@@ -31,13 +31,6 @@ Tensor rnd(const Shape& s, uint64_t seed, double scale = 1.0) {
   return mul(randn(s, DType::f32, &g), scale);
 }
 
-// Switches TF32 for a scope.
-struct Tf32 {
-  bool prev;
-  explicit Tf32(bool on) : prev(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
-  ~Tf32() { cuda::set_allow_tf32(prev); }
-};
-
 struct Run {
   std::vector<Tensor> outs, grads;  // on the CPU, f64
 };

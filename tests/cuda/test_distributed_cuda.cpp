@@ -203,11 +203,7 @@ class HeavyMiddle : public nn::Module {
 
 TEST_CASE("cuda: DDP's bucket ready times are when the GPU finished them, not when enqueued",
           "[cuda][ddp][timing]") {
-  struct NoTf32 {  // FMA f32: the matmuls take milliseconds
-    bool prev = cuda::allow_tf32();
-    NoTf32() { cuda::set_allow_tf32(false); }
-    ~NoTf32() { cuda::set_allow_tf32(prev); }
-  } no_tf32;
+  const test::Tf32 no_tf32(false);  // FMA f32: the matmuls take milliseconds
   auto g = nccl_one();
   manual_seed(6);
   auto model = std::make_shared<HeavyMiddle>();

@@ -28,12 +28,6 @@ Tensor rnd(const Shape& s, uint64_t seed, double scale = 1.0, double shift = 0.0
   return add(mul(randn(s, DType::f32, &g), scale), shift);
 }
 
-struct Tf32 {
-  bool prev;
-  explicit Tf32(bool on) : prev(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
-  ~Tf32() { cuda::set_allow_tf32(prev); }
-};
-
 struct Run {
   Tensor out;  // on the CPU, f64
   MemoryFormat fmt;

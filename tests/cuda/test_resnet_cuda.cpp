@@ -14,23 +14,11 @@
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
 
 using namespace dltrain;
 
 namespace {
-
-// TF32 rounds f32 matmul/conv inputs to 10 mantissa bits: off, so CUDA and CPU agree to f32
-// rounding; restored after.
-class Tf32Off {
- public:
-  Tf32Off() : previous_(cuda::allow_tf32()) { cuda::set_allow_tf32(false); }
-  ~Tf32Off() { cuda::set_allow_tf32(previous_); }
-  Tf32Off(const Tf32Off&) = delete;
-  Tf32Off& operator=(const Tf32Off&) = delete;
-
- private:
-  bool previous_;
-};
 
 std::shared_ptr<models::ResNet> small_resnet() {
   return models::resnet18({.num_classes = 10, .cifar_stem = true});
@@ -72,7 +60,7 @@ void require_close(const std::string& name, const Tensor& got, const Tensor& wan
 }
 
 void compare_training(MemoryFormat fmt) {
-  Tf32Off tf32_off;
+  const test::Tf32 tf32_off(false);  // CUDA and CPU agree to f32 rounding
   const Device gpu = Device::cuda(0);
   manual_seed(1234);
   auto cpu_model = small_resnet();
