@@ -105,6 +105,7 @@ void run_cpu(const OpCase& c) {
 }
 
 void run_dnnl(const OpCase& c) {
+  const bool was_enabled = cpu::dnnl_enabled();  // DLTRAIN_DNNL=0 stays 0 after the test
   for (DType dt : {DType::f32, DType::bf16}) {
     if (std::find(c.dtypes.begin(), c.dtypes.end(), dt) == c.dtypes.end()) continue;
     for (MemoryFormat fmt : case_formats(c)) {
@@ -119,7 +120,7 @@ void run_dnnl(const OpCase& c) {
         } catch (const std::exception& e) {
           bad.push_back(std::string("threw: ") + e.what());
         }
-        cpu::set_dnnl_enabled(true);
+        cpu::set_dnnl_enabled(was_enabled);
         for (const std::string& m : bad) FAIL_CHECK(what << ": " << m);
         CHECK(bad.empty());
       }
