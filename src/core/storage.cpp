@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dltrain/core/error.hpp"
+#include "dltrain/core/memory.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
 #include "src/core/env_switch.hpp"
 
@@ -169,6 +170,23 @@ struct CounterAllocator {
   }
 };
 
+// Bytes of live CPU tensors (requested sizes, not size classes) and their peak: one relaxed
+// add per allocation and per free, plus a compare-exchange only when a new peak is reached.
+std::atomic<int64_t> cpu_allocated{0};
+std::atomic<int64_t> cpu_peak{0};
+
+void count_alloc(size_t nbytes) {
+  const int64_t now =
+      cpu_allocated.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed) +
+      static_cast<int64_t>(nbytes);
+  int64_t peak = cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+void count_free(size_t nbytes) {
+  cpu_allocated.fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+}
+
 }  // namespace
 
 template <class Deleter>
@@ -180,13 +198,21 @@ void Storage::adopt(void* data, Deleter deleter) {
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   if (device.is_cpu()) {
     if (nbytes < kCacheMin) {
-      adopt(raw_alloc(nbytes == 0 ? 1 : nbytes), [](void* q) { ::operator delete(q, kAlign); });
+      adopt(raw_alloc(nbytes == 0 ? 1 : nbytes), [nbytes](void* q) {
+        ::operator delete(q, kAlign);
+        count_free(nbytes);
+      });
+      count_alloc(nbytes);
       return;
     }
     const size_t cls = size_class(nbytes);
     void* p = cache().take(cls);
     if (p == nullptr) p = raw_alloc(cls);
-    adopt(p, [cls](void* q) { cache().give(q, cls); });
+    adopt(p, [cls, nbytes](void* q) {
+      cache().give(q, cls);
+      count_free(nbytes);
+    });
+    count_alloc(nbytes);
   } else {
     data_ = backend::cuda::allocate(nbytes, device);
     version_ = std::allocate_shared<VersionCounter>(CounterAllocator<VersionCounter>());
@@ -206,6 +232,21 @@ Storage Storage::pinned(size_t nbytes) {
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : nbytes_(nbytes), device_(device) {
   adopt(data, std::move(deleter));
+}
+
+size_t memory_allocated(Device device) {
+  if (device.is_cuda()) return cuda::memory_allocated(device.index);
+  return static_cast<size_t>(cpu_allocated.load(std::memory_order_relaxed));
+}
+
+size_t max_memory_allocated(Device device) {
+  if (device.is_cuda()) return cuda::max_memory_allocated(device.index);
+  return static_cast<size_t>(cpu_peak.load(std::memory_order_relaxed));
+}
+
+void reset_peak_memory_stats(Device device) {
+  if (device.is_cuda()) return cuda::reset_peak_memory_stats(device.index);
+  cpu_peak.store(cpu_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 size_t cpu_cached_bytes() {

@@ -12,6 +12,7 @@
 
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/error.hpp"
+#include "dltrain/core/memory.hpp"
 #include "dltrain/distributed/process_group.hpp"
 #include "src/train/json_util.hpp"
 
@@ -146,8 +147,7 @@ ChronometerSummary Chronometer::summary() const {
   if (s.step.total > 0)
     s.samples_per_second = static_cast<double>(measured_samples_) / s.step.total;
   s.peak_host_rss_bytes = peak_host_rss_bytes();
-  if (options_.device.is_cuda())
-    s.peak_device_bytes = static_cast<int64_t>(cuda::max_memory_allocated(options_.device.index));
+  s.peak_device_bytes = static_cast<int64_t>(max_memory_allocated(options_.device));
   s.device = options_.device.str();
   return s;
 }
@@ -188,11 +188,9 @@ std::string Chronometer::table(const std::string& title) const {
   std::snprintf(line, sizeof line, "  peak host memory (RSS) %.1f MiB",
                 static_cast<double>(s.peak_host_rss_bytes) / 1048576.0);
   out += line;
-  if (s.peak_device_bytes >= 0) {
-    std::snprintf(line, sizeof line, ", peak %s memory allocated %.1f MiB", s.device.c_str(),
-                  static_cast<double>(s.peak_device_bytes) / 1048576.0);
-    out += line;
-  }
+  std::snprintf(line, sizeof line, ", peak %s tensor memory %.1f MiB", s.device.c_str(),
+                static_cast<double>(s.peak_device_bytes) / 1048576.0);
+  out += line;
   out += "\n";
   return out;
 }
@@ -224,10 +222,7 @@ std::string Chronometer::json() const {
   j["epoch"] = stats_json(s.epoch);
   j["samples_per_second"] = json_number(s.samples_per_second);
   j["peak_host_rss_bytes"] = s.peak_host_rss_bytes;
-  if (s.peak_device_bytes >= 0)
-    j["peak_device_bytes"] = s.peak_device_bytes;
-  else
-    j["peak_device_bytes"] = nullptr;
+  j["peak_device_bytes"] = s.peak_device_bytes;
   return dump_json(j);
 }
 

@@ -42,3 +42,44 @@ TEST_CASE("CPU storage: the cache limit is honoured and 0 disables it", "[core]"
   { Storage s(1000, Device::cpu()); }
   REQUIRE(cpu_cached_bytes() == 0);
 }
+
+TEST_CASE("CPU memory statistics: bytes of live tensors and their peak, to the byte", "[core]") {
+  // Counted: the bytes each Storage asked for (not the size class of the cache, not the blocks
+  // the cache keeps). Nothing else allocates tensors while this test runs.
+  const size_t base = memory_allocated();
+  reset_peak_memory_stats();
+  REQUIRE(max_memory_allocated() == base);
+  {
+    Tensor small = empty({1000}, DType::f32);       // 4,000 bytes: operator new path
+    Tensor large = empty({3, 100000}, DType::f64);  // 2,400,000 bytes: cached-block path
+    CHECK(memory_allocated() == base + 4000 + 2400000);
+    Tensor view = large.narrow(1, 10, 5);     // a view allocates nothing
+    Tensor none = empty({0, 7}, DType::f32);  // zero bytes
+    CHECK(memory_allocated() == base + 4000 + 2400000);
+    {
+      Tensor tmp = empty({500}, DType::i64);  // 4,000 bytes, freed at the end of the scope
+      CHECK(memory_allocated() == base + 8000 + 2400000);
+    }
+    CHECK(memory_allocated() == base + 4000 + 2400000);
+    CHECK(max_memory_allocated() == base + 8000 + 2400000);
+  }
+  // Freed blocks kept by the cache are not tensor memory.
+  CHECK(memory_allocated() == base);
+  CHECK(max_memory_allocated() == base + 8000 + 2400000);
+  reset_peak_memory_stats();
+  CHECK(max_memory_allocated() == base);
+  // The same block reused from the cache counts again, once.
+  {
+    Tensor again = empty({3, 100000}, DType::f64);
+    CHECK(memory_allocated() == base + 2400000);
+  }
+  CHECK(max_memory_allocated() == base + 2400000);
+  // Memory wrapped from elsewhere is its owner's, not counted.
+  std::vector<float> outside(1000);
+  {
+    Storage wrapped(outside.data(), outside.size() * sizeof(float), Device::cpu(), [](void*) {});
+    CHECK(memory_allocated() == base);
+  }
+  // A CUDA device asks the CUDA allocator: 0 without CUDA or a GPU, never the CPU's count.
+  if (!cuda::is_available()) CHECK(memory_allocated(Device::cuda(0)) == 0);
+}

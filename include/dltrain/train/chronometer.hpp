@@ -1,6 +1,6 @@
 // train::Chronometer: the course's step timing (data wait, forward, backward, optimizer step),
 // per step and per epoch, with min / median / mean / std / max, the peak memory (host RSS and the
-// CUDA allocator's peak), a summary table and a JSON summary.
+// device allocator's peak of tensor bytes, CPU or CUDA), a summary table and a JSON summary.
 //
 // A step is begin_step(), then one lap() per phase in the order the loop runs them (each lap
 // measures the time since the previous lap or begin_step), then end_step(), which also records
@@ -57,8 +57,11 @@ struct ChronometerSummary {
   Stats epoch;                           ///< whole epochs (begin_epoch to end_epoch)
   double samples_per_second = 0;    ///< samples passed to end_step / time of the measured steps
   int64_t peak_host_rss_bytes = 0;  ///< the process's peak resident set (getrusage)
-  int64_t peak_device_bytes = -1;   ///< the CUDA allocator's peak on the device; -1 on the CPU
-  std::string device;               ///< "cpu", "cuda:0"
+  /// Peak bytes of live tensors on the device (max_memory_allocated(device): the CPU
+  /// allocator's on the CPU, the CUDA one's on a GPU) since the start or the last
+  /// reset_peak_memory_stats: what the model's weights, activations and optimizer state cost.
+  int64_t peak_device_bytes = 0;
+  std::string device;  ///< "cpu", "cuda:0"
 };
 
 class Chronometer {
