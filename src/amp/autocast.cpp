@@ -17,6 +17,7 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "src/amp/dispatch.hpp"
+#include "src/amp/replay.hpp"
 
 namespace dltrain::amp {
 
@@ -229,6 +230,39 @@ std::optional<Redispatch> autocast_args(Op op, const std::vector<Tensor>& args) 
 }
 
 BackwardScope::BackwardScope() { t_state.cache.clear(); }
+
+AutocastSnapshot autocast_snapshot() {
+  AutocastSnapshot s;
+  for (size_t d = 0; d < 2; ++d) {
+    s.enabled[d] = t_state.device[d].enabled;
+    s.dtype[d] = t_state.device[d].dtype;
+  }
+  s.cache_enabled = t_state.cache_enabled;
+  s.suspended = t_state.suspended > 0;
+  return s;
+}
+
+AutocastReplay::AutocastReplay(const AutocastSnapshot& s)
+    : saved_(autocast_snapshot()), saved_suspended_(t_state.suspended) {
+  for (size_t d = 0; d < 2; ++d) {
+    t_state.device[d].enabled = s.enabled[d];
+    t_state.device[d].dtype = s.dtype[d];
+  }
+  t_state.cache_enabled = s.cache_enabled;
+  t_state.suspended = s.suspended ? 1 : 0;
+  ++t_state.nesting;
+}
+
+AutocastReplay::~AutocastReplay() {
+  for (size_t d = 0; d < 2; ++d) {
+    t_state.device[d].enabled = saved_.enabled[d];
+    t_state.device[d].dtype = saved_.dtype[d];
+  }
+  t_state.cache_enabled = saved_.cache_enabled;
+  t_state.suspended = saved_suspended_;
+  --t_state.nesting;
+  t_state.cache.clear();
+}
 
 }  // namespace detail
 

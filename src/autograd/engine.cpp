@@ -23,6 +23,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "src/amp/dispatch.hpp"
+#include "src/autograd/internal.hpp"
 #include "src/core/trace.hpp"
 
 namespace dltrain::autograd {
@@ -64,6 +65,8 @@ void queue_callback(std::function<void()> fn) {
                 "on this thread; call it from a gradient hook or a backward function");
   t_callbacks->push_back(std::move(fn));
 }
+
+uint64_t next_sequence_nr() { return g_seq.load(); }
 
 bool grad_mode_enabled() { return t_grad_enabled; }
 void set_grad_mode(bool enabled) { t_grad_enabled = enabled; }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/nn/checkpoint.hpp"
 #include "dltrain/nn/init.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/indexing.hpp"
@@ -244,11 +245,15 @@ Tensor InstanceNorm2d::forward(const Tensor& x) {
                 "): expected an input [N, ", num_features, ", H, W] but got shape ",
                 shape_str(x.shape()));
   const bool use_input_stats = is_training() || !options.track_running_stats;
-  if (options.track_running_stats && is_training()) {
+  // A checkpointed segment's recomputation updates copies: the statistics move once per step.
+  const bool update = options.track_running_stats && is_training();
+  const bool again = update && is_recomputing();
+  if (update && !again) {
     NoGradGuard ng;
     add_(num_batches_tracked, 1.0);
   }
-  return instance_norm(x, running_mean, running_var, weight, bias, use_input_stats,
+  return instance_norm(x, again ? running_mean.clone() : running_mean,
+                       again ? running_var.clone() : running_var, weight, bias, use_input_stats,
                        options.momentum, options.eps);
 }
 std::string InstanceNorm2d::extra_repr() const {
@@ -296,14 +301,18 @@ Tensor BatchNorm::forward(const Tensor& x) {
   if (is_training() && sync_stats) return forward_synced(x);
   bool use_batch_stats = is_training() || !options.track_running_stats;
   double factor = options.momentum.value_or(0.0);
-  if (is_training() && options.track_running_stats) {
+  // A checkpointed segment's recomputation (nn::checkpoint) runs the same kernels on copies
+  // of the statistics, so that they move once per step and the output is the forward's.
+  const bool again = is_training() && options.track_running_stats && is_recomputing();
+  if (is_training() && options.track_running_stats && !again) {
     autograd::NoGradGuard ng;
     add_(num_batches_tracked, 1.0);
     if (!options.momentum) factor = 1.0 / num_batches_tracked.item<double>();
   }
   // Without running statistics there is nothing to update or to normalise with in eval.
-  Tensor rm = options.track_running_stats ? running_mean : Tensor();
-  Tensor rv = options.track_running_stats ? running_var : Tensor();
+  Tensor rm =
+      options.track_running_stats ? (again ? running_mean.clone() : running_mean) : Tensor();
+  Tensor rv = options.track_running_stats ? (again ? running_var.clone() : running_var) : Tensor();
   return batch_norm(x, weight, bias, rm, rv, use_batch_stats, factor, options.eps);
 }
 
@@ -335,7 +344,9 @@ Tensor BatchNorm::forward_synced(const Tensor& x) {
   Tensor mean = add(mean_c, shift);
   Tensor y = mul(sub(xf, mean.view(bshape)), rsqrt(add(var, options.eps)).view(bshape));
   if (options.affine) y = add(mul(y, weight.view(bshape)), bias.view(bshape));
-  if (options.track_running_stats) {
+  // Not again in a checkpointed segment's recomputation (whose shift is then the updated
+  // running mean: the same statistics up to rounding, not bit for bit).
+  if (options.track_running_stats && !is_recomputing()) {
     autograd::NoGradGuard ng;
     add_(num_batches_tracked, 1.0);
     const double m =
