@@ -1,5 +1,7 @@
 #include "dltrain/nn/models/resnet.hpp"
 
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/nn/checkpoint.hpp"
 #include "dltrain/nn/init.hpp"
 #include "dltrain/ops/elementwise.hpp"
 
@@ -135,10 +137,22 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(int64_t planes, int64_t block
 Tensor ResNet::features(const Tensor& x) {
   DLTRAIN_CHECK(x.dim() == 4 && x.size(1) == 3, "ResNet: expected images [N, 3, H, W], got shape ",
                 shape_str(x.shape()));
-  Tensor y = relu((*bn1)((*conv1)(x)));
-  y = (*maxpool)(y);
-  y = (*layer4)((*layer3)((*layer2)((*layer1)(y))));
+  auto stem = [this](const Tensor& in) { return (*maxpool)(relu((*bn1)((*conv1)(in)))); };
+  Tensor y;
+  if (checkpoint_segments > 0 && autograd::grad_mode_enabled()) {
+    // The stem's full-resolution activations are the largest after layer1's: recomputed too.
+    y = nn::checkpoint_sequential(blocks(), checkpoint_segments, nn::checkpoint(stem, x));
+  } else {
+    y = (*layer4)((*layer3)((*layer2)((*layer1)(stem(x)))));
+  }
   return (*avgpool)(y).flatten(1);
+}
+
+std::vector<std::shared_ptr<nn::Module>> ResNet::blocks() const {
+  std::vector<std::shared_ptr<nn::Module>> out;
+  for (const auto& layer : {layer1, layer2, layer3, layer4})
+    for (int64_t i = 0; i < layer->size(); ++i) out.push_back((*layer)[i]);
+  return out;
 }
 
 Tensor ResNet::forward(const Tensor& x) { return (*fc)(features(x)); }

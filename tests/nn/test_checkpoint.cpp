@@ -208,3 +208,23 @@ TEST_CASE("checkpoint: misuse gets a clear error", "[nn][checkpoint]") {
   CHECK_THROWS_WITH(nn::checkpoint_sequential(*net, 0, a), Catch::Contains("0 segments for 2"));
   CHECK_THROWS_WITH(nn::checkpoint_sequential(*net, 3, a), Catch::Contains("3 segments for 2"));
 }
+
+TEST_CASE("checkpoint: ResNet::checkpoint_segments changes memory, not the gradients",
+          "[nn][checkpoint][resnet]") {
+  auto make = [] {
+    manual_seed(8);
+    auto m = models::resnet18({.num_classes = 10});
+    m->to(DType::f64);
+    return m;
+  };
+  auto plain = make(), ckpt = make();
+  ckpt->checkpoint_segments = 3;  // 8 blocks: 2 checkpointed segments of 2, then 4 plain
+  const Tensor x = rnd({2, 3, 32, 32}, 4);
+  const Tensor target = arange(0, 2, 1, DType::i64);
+  cross_entropy((*plain)(x), target).backward();
+  cross_entropy((*ckpt)(x), target).backward();
+  check_same_grads(*plain, *ckpt);
+  check_same_buffers(*plain, *ckpt);
+  ckpt->checkpoint_segments = 9;  // more segments than blocks
+  CHECK_THROWS_WITH((*ckpt)(x), Catch::Contains("9 segments for 8 modules"));
+}

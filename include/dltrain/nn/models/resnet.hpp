@@ -8,6 +8,8 @@
 #pragma once
 
 #include <array>
+#include <memory>
+#include <vector>
 
 #include "dltrain/nn/containers.hpp"
 #include "dltrain/nn/layers.hpp"
@@ -68,6 +70,16 @@ class ResNet : public nn::Module {
   std::shared_ptr<nn::Sequential> layer1, layer2, layer3, layer4;
   std::shared_ptr<nn::AdaptiveAvgPool2d> avgpool;
   std::shared_ptr<nn::Linear> fc;
+
+  /// Activation checkpointing of the trunk (include/dltrain/nn/checkpoint.hpp): 0 (default)
+  /// keeps every activation; N >= 1 checkpoints the stem (conv1, bn1, relu, maxpool) and runs
+  /// the residual blocks of layer1..layer4, as one chain (16 blocks for ResNet-50), through
+  /// nn::checkpoint_sequential with N segments, so the first N - 1 segments keep only their
+  /// boundaries and are recomputed in backward (N = the number of blocks saves the most).
+  /// Applies while grad mode is on; the weights, results and state dict are unchanged by it.
+  int64_t checkpoint_segments = 0;
+  /// The residual blocks of layer1..layer4 in order.
+  std::vector<std::shared_ptr<nn::Module>> blocks() const;
 
  private:
   std::shared_ptr<nn::Sequential> make_layer(int64_t planes, int64_t blocks, int64_t stride);
