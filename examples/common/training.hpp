@@ -137,6 +137,22 @@ class TrainStep {
         progress_(progress),
         metrics_(metrics) {}
 
+  /// Gradient accumulation (the course's "gradient aggregation"): each optimizer step sums
+  /// the gradients of `k` consecutive batches, each batch's loss divided by the number of
+  /// batches in its cycle (so the step sees the mean over k x batch samples); the epoch's last
+  /// cycle takes the `batches_per_epoch` that are left. `no_sync` runs the backward of every
+  /// batch but a cycle's last (DDP's no_sync(), so that only the last all-reduces); empty in a
+  /// world of one. step() then counts optimizer steps; at_boundary() is true between cycles.
+  void set_accumulation(int64_t k, int64_t batches_per_epoch,
+                        std::function<void(const std::function<void()>&)> no_sync = {}) {
+    accumulation_ = std::max<int64_t>(1, k);
+    batches_per_epoch_ = batches_per_epoch;
+    no_sync_ = std::move(no_sync);
+  }
+  /// True when no cycle of accumulated gradients is open (always with k = 1): where a
+  /// checkpoint may be saved or training stopped without losing gradients.
+  bool at_boundary() const { return micro_ == 0; }
+
   /// Starts epoch `epoch` (0-based) at its batch `first_batch` (a resumed epoch's), `model` in
   /// training mode, then begin().
   void begin_epoch(nn::Module& model, int64_t epoch, int64_t first_batch = 0) {
@@ -156,6 +172,11 @@ class TrainStep {
   void data_ready() { chrono_.lap(train::Phase::Data); }
   /// Runs the step on a batch of `samples` and returns its loss.
   double run(int64_t samples, const std::function<Tensor()>& forward) {
+    if (micro_ == 0) {  // a new cycle: as many batches as are left in the epoch, at most k
+      const int64_t left = batches_per_epoch_ - (first_batch_ + tally_.batches);
+      cycle_ = accumulation_ > 1 ? std::clamp<int64_t>(left, 1, accumulation_) : 1;
+    }
+    const bool last = micro_ + 1 == cycle_;
     Tensor loss;
     {
       const train::ProfileRange range("forward");
@@ -165,23 +186,31 @@ class TrainStep {
     chrono_.lap(train::Phase::Forward);
     {
       const train::ProfileRange range("backward");
-      opt_.zero_grad();
-      scaler_.scale(loss).backward();
+      if (micro_ == 0) opt_.zero_grad();
+      const Tensor scaled =
+          scaler_.scale(cycle_ > 1 ? div(loss, static_cast<double>(cycle_)) : loss);
+      if (!last && no_sync_)
+        no_sync_([&] { scaled.backward(); });
+      else
+        scaled.backward();
     }
     chrono_.lap(train::Phase::Backward);
     double value = 0;
     {
       const train::ProfileRange range("optimizer");
-      scaler_.step(opt_);
-      scaler_.update();
-      if (sched_) sched_->step();
-      scale_log_(scaler_, step_);
+      if (last) {
+        scaler_.step(opt_);
+        scaler_.update();
+        if (sched_) sched_->step();
+        scale_log_(scaler_, step_);
+      }
       value = loss.item<double>();
     }
     chrono_.lap(train::Phase::Optimizer);
     chrono_.end_step(samples);
     profiler_.end_step();
-    ++step_;
+    micro_ = last ? 0 : micro_ + 1;
+    if (last) ++step_;
     tally_.loss_sum += value;
     tally_.samples += samples;
     ++tally_.batches;
@@ -196,6 +225,12 @@ class TrainStep {
   /// Ends the epoch: the progress line, a profiler window cut short; returns the epoch's tally
   /// (its time waits for the device).
   const EpochTally& end_epoch() {
+    DLTRAIN_CHECK(micro_ == 0,
+                  "TrainStep: the epoch ended inside a cycle of accumulated "
+                  "gradients (",
+                  micro_, " of ", cycle_,
+                  " batches); give set_accumulation the "
+                  "loader's batches per epoch");
     if (progress_) progress_->end();
     profiler_.finish();
     if (device_.is_cuda()) cuda::synchronize();
@@ -221,6 +256,8 @@ class TrainStep {
   ScaleLog scale_log_;
   EpochTally tally_;
   int64_t first_batch_ = 0;
+  int64_t accumulation_ = 1, batches_per_epoch_ = 0, cycle_ = 1, micro_ = 0;
+  std::function<void(const std::function<void()>&)> no_sync_;
   Clock::time_point epoch_start_ = Clock::now();
 };
 

@@ -17,6 +17,7 @@
 //            [--pin-memory] [--non-blocking] [--prefetch-factor 2] [--no-drop-last]
 //            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
 //            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
+//            [--accumulation-steps K] [--checkpoint-activations N]
 //            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -29,6 +30,12 @@
 // --checkpoint-every), and SIGUSR1 or SIGTERM (Slurm's wall-time warning, preemption, scancel)
 // saves it at the next step boundary and exits with status 75 (train::kExitRequeue), which the
 // job files in slurm/ turn into a requeue; --resume continues from the file mid-epoch.
+//
+// --accumulation-steps K sums the gradients of K batches per optimizer step (DDP all-reduces
+// only the last: no_sync), so the global batch is ranks x batch size x K; the schedule, --test's
+// step count and the checkpoints count optimizer steps. --checkpoint-activations N recomputes the
+// stem and the residual blocks (in N segments, nn::checkpoint_sequential) during backward instead
+// of keeping their activations: memory for time (benchmarks/memory measures both).
 //
 // --amp runs forward and loss under autocast: f16 with a GradScaler on a GPU, bf16 on the CPU
 // (--amp-dtype chooses; f16 always comes with loss scaling).
@@ -68,6 +75,8 @@ struct Args : CommonFlags {
   double label_smoothing = 0.1;
   bool drop_last = true;
   int64_t checkpoint_every = 0;
+  int64_t accumulation_steps = 1;
+  int64_t checkpoint_activations = 0;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -90,12 +99,20 @@ Args parse(int argc, char** argv) {
   f.add("--wd", &a.wd, "weight decay").min(0);
   f.add("--mom", &a.mom, "momentum").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
+  f.add("--accumulation-steps", &a.accumulation_steps,
+        "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
+        "ranks x batch size x this)")
+      .positive();
   a.add_test(f);
   a.add_data(f, "DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG").required();
   a.add_loader(f);
   f.add_switch("--drop-last", &a.drop_last, "drop the last incomplete batch of an epoch", true);
   a.add_device(f);
   a.prec.add_to(f);
+  f.add("--checkpoint-activations", &a.checkpoint_activations,
+        "activation checkpointing: recompute the stem and the residual blocks in backward, "
+        "in N segments (0: off; the number of blocks saves the most memory)")
+      .min(0);
   a.add_checkpoint(f);
   f.add("--checkpoint-every", &a.checkpoint_every, "also save every N steps (0: epoch ends only)")
       .min(0);
@@ -152,11 +169,15 @@ int main(int argc, char** argv) {
                                    vo)
                              : std::make_shared<data::DataLoader>(val_set, vo);
     }
+    const int64_t accum = args.accumulation_steps;
     if (ranks > 1)
       std::printf(
           "data parallel: %d ranks (%s), %lld images per rank and step, global batch %lld\n", ranks,
-          backend, static_cast<long long>(args.batch_size),
-          static_cast<long long>(args.batch_size * ranks));
+          backend, static_cast<long long>(args.batch_size * accum),
+          static_cast<long long>(args.batch_size * ranks * accum));
+    if (accum > 1)
+      std::printf("gradient accumulation: %lld batches of %lld per optimizer step and rank\n",
+                  static_cast<long long>(accum), static_cast<long long>(args.batch_size));
     std::printf(
         "%s: %lld training images in %zu classes, %s validation images; batch %lld, "
         "%lld workers, device %s, %s\n",
@@ -188,11 +209,16 @@ int main(int argc, char** argv) {
     auto model = models::resnet(args.arch, mo);
     model->to(device);
     model->to(fmt);
+    model->checkpoint_segments = args.checkpoint_activations;
+    if (args.checkpoint_activations > 0)
+      std::printf("activation checkpointing: stem and %zu residual blocks in %lld segments\n",
+                  model->blocks().size(), static_cast<long long>(args.checkpoint_activations));
     std::printf("model: %s, %lld parameters\n", args.arch.c_str(),
                 static_cast<long long>(model->num_parameters()));
     optim::SGD opt(model->parameters(),
                    {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd});
-    const int64_t steps_per_epoch = train_loader.size();
+    // Optimizer steps (batches with --accumulation-steps 1; the epoch's last cycle may be short).
+    const int64_t steps_per_epoch = (train_loader.size() + accum - 1) / accum;
     // --test runs the first --test-nsteps steps of the full run, its schedule included.
     const int64_t total_steps = steps_per_epoch * args.epochs;
     optim::OneCycleLR sched(opt, args.lr, total_steps);
@@ -205,7 +231,7 @@ int main(int argc, char** argv) {
     CheckpointFile ckpt(
         args.checkpoint, *model, opt, sched, scaler,
         {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}},
-        args.batch_size * ranks, args.lr_scaling());
+        args.batch_size * ranks * accum, args.lr_scaling());
     const train::ResumePosition start = ckpt.resume(args.resume);
     bool preempted = false;
     // The course's chronometer: on a GPU with --test its marks wait for the device, so each phase
@@ -215,15 +241,23 @@ int main(int argc, char** argv) {
     train::Chronometer chrono({.device = device, .synchronize = args.test});
     StepProfiler profiler(args.prof, distributed::is_main_process());
     MetricsLog metrics(args);
-    train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/1));
+    train::Progress progress(progress_options(args, train_loader.size(), /*test_every=*/1));
     TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, device, start.step,
                          &progress, &metrics);
+    train_step.set_accumulation(accum, train_loader.size(), [&](const std::function<void()>& f) {
+      auto guard = ddp.no_sync();
+      f();
+    });
     bool done = args.test && start.step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
       for_each_batch(train_loader, [&](const Tensor& x, const Tensor& y) {
         train_step.data_ready();
         train_step.run(x.size(0), [&] { return criterion(ddp(x), y); });
+        if (!train_step.at_boundary()) {  // inside an accumulation cycle: nothing to save yet
+          train_step.begin();
+          return true;
+        }
         const int64_t step = train_step.step(), nb = train_step.batches();
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
         if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
