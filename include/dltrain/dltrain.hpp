@@ -52,6 +52,7 @@
 #include "dltrain/ops/sort.hpp"
 #include "dltrain/optim/adam.hpp"
 #include "dltrain/optim/clip_grad.hpp"
+#include "dltrain/optim/ema.hpp"
 #include "dltrain/optim/lamb.hpp"
 #include "dltrain/optim/lars.hpp"
 #include "dltrain/optim/optimizer.hpp"
