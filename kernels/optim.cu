@@ -422,7 +422,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       double sw, sr;
       tensor_sums(tt, t, partial, first_block, sw, sr);
       const double wn = sqrt(sw), rn = sqrt(sr);
-      if (wn > 0.0 && rn > 0.0) ratio = fmin(wn / rn, a.max_trust_ratio);
+      // As std::min on the CPU: a NaN ratio stays NaN.
+      if (wn > 0.0 && rn > 0.0) {
+        const double r = wn / rn;
+        ratio = a.max_trust_ratio < r ? a.max_trust_ratio : r;
+      }
     }
     step_s = static_cast<T>(a.lr * ratio);
   }
