@@ -10,12 +10,14 @@
 //   w       -= v
 // ||.|| is the 2-norm of the whole tensor, accumulated in f64 over fixed chunks summed in
 // order (the same result whatever the thread count). This is the paper's formulation, with
-// weight decay inside the trust ratio and the learning rate folded into the velocity, as
-// MLPerf's reference implementations apply it (the 0-norm cases as TensorFlow's
-// LARSOptimizer: ratio 1). TensorFlow's LARSOptimizer instead accumulates the unscaled
-// gradient (v = m * v + (g + wd * w); w -= local_lr * v): the two agree while lr and ratio
-// are constant and differ when either changes (warm-up, decay). With momentum 0 there is no
-// velocity: w -= local_lr * (g + wd * w).
+// weight decay inside the trust ratio and the learning rate folded into the velocity, and it
+// is what MLPerf's TensorFlow reference runs: tf.contrib.opt.LARSOptimizer calls
+// apply_momentum with lr 1 and the gradient (g + wd * w) * local_lr, i.e. the update above,
+// 0-norm cases included (ratio 1); its skip list (no decay, no adaptation) is a group with
+// trust_ratio = false and weight_decay 0 here. Implementations that accumulate the unscaled
+// gradient instead (v = m * v + (g + wd * w); w -= local_lr * v, as PyTorch's SGD does with
+// lr) agree with this one only while lr and the ratio stay constant. With momentum 0 there is
+// no velocity: w -= local_lr * (g + wd * w). Nesterov momentum is not offered.
 //
 // The update is two passes over the parameter: the norms (one reduction), then the fused
 // update. f16/bf16 parameters keep an f32 velocity and are rounded once per step. CUDA
