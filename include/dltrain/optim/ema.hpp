@@ -7,9 +7,9 @@
 // made after optimizer.step(), blends each floating entry:
 //   shadow = decay_t * shadow + (1 - decay_t) * model
 // with decay_t = decay, or with warm-up min(decay, (1 + t) / (10 + t)) where t counts the
-// blends done before this one (t = 0 at the first: decay_t = 0.1), the rule of TensorFlow's
-// ExponentialMovingAverage(num_updates) that timm's and many detection codes use so that early
-// averages do not remember the random initialisation for ~1 / (1 - decay) steps. Integer
+// blends done before this one (t = 0 at the first: decay_t = 0.1): the rule of TensorFlow's
+// tf.train.ExponentialMovingAverage(num_updates), so that early averages do not remember the
+// random initialisation for ~1 / (1 - decay) steps (timm's ModelEmaV3 ramps differently). Integer
 // buffers (BatchNorm's num_batches_tracked) are copied; floating buffers (running statistics)
 // are blended like parameters unless average_buffers is false (then copied). Shadows of f16 /
 // bf16 entries are kept in f32 (a 0.9999 decay moves a bf16 value by less than its
@@ -89,7 +89,9 @@ class ModelEMA {
 
 /// Puts the EMA weights into `model` for this object's lifetime and the model's own weights
 /// back (bit for bit) when it ends. The model must not be trained inside the scope (what it
-/// learns there is overwritten). Both objects must outlive the scope.
+/// learns there is overwritten). Both objects must outlive the scope. A model whose entries
+/// changed shape inside the scope cannot be restored: the destructor then terminates rather
+/// than leave the EMA weights in place silently.
 class EMAScope {
  public:
   EMAScope(const ModelEMA& ema, nn::Module& model);

@@ -12,8 +12,9 @@
 // order. The paper's scaling function phi is the identity here, clipped to
 // [0, max_trust_ratio] when max_trust_ratio is finite (the paper allows phi(z) =
 // min(max(z, gamma_l), gamma_u); gamma_l = 0 since the ratio is never negative). Without
-// clipping, this is NVIDIA apex's FusedLAMB with bias correction and without its global
-// gradient clipping (use clip_grad_norm_ before step()).
+// clipping, this is the update of NVIDIA apex's FusedLAMB (bias_correction, adam_w_mode and
+// grad_averaging on) without its global gradient-norm clipping (call clip_grad_norm_ before
+// step() for that).
 //
 // Two passes over the parameter: the first updates m and v and accumulates ||w||^2 and
 // ||r||^2, the second recomputes r from m, v and w and updates w. f16/bf16 parameters keep f32
