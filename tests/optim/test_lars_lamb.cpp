@@ -384,3 +384,37 @@ TEST_CASE("LARS and LAMB reject bad hyper-parameters naming them", "[optim][erro
   REQUIRE_THROWS_WITH(lamb.load_state_dict(lars.state_dict()),
                       Contains("saved by a LARS optimizer"));
 }
+
+TEST_CASE("LARS and LAMB with a polynomial decay fit a linear regression from autograd gradients",
+          "[optim][lars][lamb][autograd]") {
+  // Both take steps of about lr * eta * ||w|| (LARS) or lr * ||w|| (LAMB) whatever the
+  // gradient's size, so they only settle when the lr decays: PolynomialLR to 0 does it.
+  Generator gen(3);
+  Tensor x = randn({64, 5}, DType::f64, &gen);
+  Tensor true_w = randn({5, 1}, DType::f64, &gen);
+  Tensor y = matmul(x, true_w);
+  for (const bool lamb : {false, true}) {
+    INFO((lamb ? "LAMB" : "LARS"));
+    Tensor w = zeros({5, 1}, DType::f64);
+    w.requires_grad_();
+    std::unique_ptr<Optimizer> opt;
+    if (lamb) {
+      opt = std::make_unique<LAMB>(std::vector<Tensor>{w}, LAMBOptions{.lr = 0.05});
+    } else {
+      opt = std::make_unique<LARS>(std::vector<Tensor>{w},
+                                   LARSOptions{.lr = 5.0, .trust_coefficient = 0.01});
+    }
+    PolynomialLR sched(*opt, 400, 2.0);
+    double first = 0.0, last = 0.0;
+    for (int it = 0; it < 400; ++it) {
+      opt->zero_grad();
+      Tensor loss = mse_loss(matmul(x, w), y);
+      loss.backward();
+      opt->step();
+      sched.step();
+      (it == 0 ? first : last) = loss.item<double>();
+    }
+    CHECK(last < 1e-4 * first);
+    optim_test::require_close(w, true_w, 1e-2, 1e-2, "recovered weights");
+  }
+}
