@@ -1,13 +1,14 @@
-// Fused multi-tensor optimizer updates (SGD, Adam/AdamW) and the gradient-clipping passes on
-// CUDA (entry points in src/backend/cuda/optim.hpp).
+// Fused multi-tensor optimizer updates (SGD, Adam/AdamW, LARS, LAMB) and the gradient-clipping
+// passes on CUDA (entry points in src/backend/cuda/optim.hpp).
 //
 // Updates are multi-tensor launches (kernels/multi_tensor.cuh): a table of tensors per
 // launch, one block per 64K-element chunk, nothing copied to the device. The update
-// arithmetic follows the CPU kernels of src/optim (sgd.cpp, adam.cpp) operation for operation
-// in the state's dtype (the parameter's, or f32 for f16/bf16 parameters, which are read and
-// rounded back once per element), with the same host-computed coefficients (bias corrections
-// per tensor, since a parameter skipped in earlier steps has its own step count); only fused
-// multiply-adds may differ, by an ulp. The gradient norm accumulates |g|^p in double per block and
+// arithmetic follows the CPU kernels of src/optim (sgd.cpp, adam.cpp, lars.cpp, lamb.cpp) operation
+// for operation in the state's dtype (the parameter's, or f32 for f16/bf16 parameters, which are
+// read and rounded back once per element), with the same host-computed coefficients (bias
+// corrections per tensor, since a parameter skipped in earlier steps has its own step count); only
+// fused multiply-adds may differ, by an ulp (and LARS / LAMB norms, summed in another order, by a
+// few ulps). The gradient norm accumulates |g|^p in double per block and
 // reduces the per-block partials in a fixed order in one block (deterministic), writing the norm
 // and the clipping coefficient to device memory, where the scaling kernel reads it.
 #include <cmath>
@@ -260,6 +261,187 @@ struct ClampOp {
   }
 };
 
+// --- LARS and LAMB -------------------------------------------------------------------
+//
+// Both need each tensor's norms before its update. A first multi-tensor pass writes, per
+// block (= per 64K-element chunk, numbered over the whole call as multi_tensor_apply numbers
+// them: first_block + blockIdx.x), two partial sums of squares to `partial`; the update pass
+// cuts the same tensors into the same chunks, so a block finds its tensor's partials at
+// [its number - its chunk index, + the tensor's chunk count) and thread 0 sums them in chunk
+// order: every block of a tensor gets the same bits, and no host synchronisation is needed.
+
+// Sums a and b over the block in a fixed order; thread 0 gets both.
+__device__ __forceinline__ void block_reduce2(double& a, double& b) {
+  a = block_reduce(a, false);
+  __syncthreads();  // block_reduce's shared scratch is reused
+  b = block_reduce(b, false);
+}
+
+// The two sums of squares of this block's tensor (thread 0 only).
+template <class Table>
+__device__ __forceinline__ void tensor_sums(const Table& tt, int t, const double* partial,
+                                            int64_t first_block, double& s0, double& s1) {
+  const int64_t base = first_block + blockIdx.x - tt.block_chunk[blockIdx.x];
+  const int64_t chunks = (tt.numel[t] + kChunk - 1) / kChunk;
+  s0 = 0.0;
+  s1 = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    s0 += partial[2 * (base + c)];
+    s1 += partial[2 * (base + c) + 1];
+  }
+}
+
+constexpr int kLarsNormMaxT = 36, kLarsMaxT = kSgdMaxT, kLambMaxT = kAdamMaxT;
+static_assert(sizeof(TensorTable<2, kLarsNormMaxT>) <= 3800);
+static_assert(sizeof(TensorTable<4, kLambMaxT>) <= 3800);
+
+// LARS pass 1: ||w||^2 and ||g||^2 partials in f64.
+template <class P, class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    lars_norm_kernel(TensorTable<2, kLarsNormMaxT> tt, double* __restrict__ partial,
+                     int64_t first_block) {
+  int64_t start, n;
+  const int t = chunk_of(tt, start, n);
+  const P* __restrict__ p = static_cast<const P*>(tt.ptr[0][t]) + start;
+  const P* __restrict__ g = static_cast<const P*>(tt.ptr[1][t]) + start;
+  double sw = 0.0, sg = 0.0;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const double w = static_cast<double>(convert<T>(p[k]));
+    const double d = static_cast<double>(convert<T>(g[k]));
+    sw += w * w;
+    sg += d * d;
+  }
+  block_reduce2(sw, sg);
+  if (threadIdx.x == 0) {
+    partial[2 * (first_block + blockIdx.x)] = sw;
+    partial[2 * (first_block + blockIdx.x) + 1] = sg;
+  }
+}
+
+template <class T>
+struct LarsArgs {
+  double lr, wd, eta, eps;
+  T wdt, momentum;
+  bool adapt, decay, use_momentum;
+};
+
+// LARS pass 2 (src/optim/lars.cpp's arithmetic): local_lr from the tensor's norms, then
+// v = m * v + local_lr * (g + wd * w); w -= v.
+template <class P, class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    lars_kernel(TensorTable<3, kLarsMaxT> tt, LarsArgs<T> a, const double* __restrict__ partial,
+                int64_t first_block) {
+  int64_t start, n;
+  const int t = chunk_of(tt, start, n);
+  __shared__ T local_lr_s;
+  if (threadIdx.x == 0) {
+    double ratio = 1.0;
+    if (a.adapt) {
+      double sw, sg;
+      tensor_sums(tt, t, partial, first_block, sw, sg);
+      const double wn = sqrt(sw), gn = sqrt(sg);
+      if (wn > 0.0 && gn > 0.0) ratio = a.eta * wn / (gn + a.wd * wn + a.eps);
+    }
+    local_lr_s = static_cast<T>(a.lr * ratio);
+  }
+  __syncthreads();
+  const T local_lr = local_lr_s;
+  P* __restrict__ p = static_cast<P*>(tt.ptr[0][t]) + start;
+  const P* __restrict__ g = static_cast<const P*>(tt.ptr[1][t]) + start;
+  T* __restrict__ buf = a.use_momentum ? static_cast<T*>(tt.ptr[2][t]) + start : nullptr;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const T pk = convert<T>(p[k]);
+    T d = convert<T>(g[k]);
+    if (a.decay) d = d + a.wdt * pk;
+    if (a.use_momentum) {
+      const T b = a.momentum * buf[k] + local_lr * d;
+      buf[k] = b;
+      p[k] = convert<P>(pk - b);
+    } else {
+      p[k] = convert<P>(pk - local_lr * d);
+    }
+  }
+}
+
+template <class T>
+struct LambArgs {
+  T b1, b2, one_minus_b1, one_minus_b2, eps, wd;
+  double lr, max_trust_ratio;
+  bool adapt;
+};
+
+// r of src/optim/lamb.cpp (bc1, bc2: this tensor's bias corrections).
+template <class T>
+__device__ __forceinline__ T lamb_r(T m, T v, T w, T bc1, T bc2, const LambArgs<T>& a) {
+  return (m / bc1) / (sqrt(v / bc2) + a.eps) + a.wd * w;
+}
+
+// LAMB pass 1: the moments, and ||w||^2 and ||r||^2 partials. Per tensor: c0 = 1 - beta1^t,
+// c1 = 1 - beta2^t.
+template <class P, class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    lamb_moments_kernel(TensorTable<4, kLambMaxT> tt, LambArgs<T> a, double* __restrict__ partial,
+                        int64_t first_block) {
+  int64_t start, n;
+  const int t = chunk_of(tt, start, n);
+  const P* __restrict__ p = static_cast<const P*>(tt.ptr[0][t]) + start;
+  const P* __restrict__ g = static_cast<const P*>(tt.ptr[1][t]) + start;
+  T* __restrict__ m = static_cast<T*>(tt.ptr[2][t]) + start;
+  T* __restrict__ v = static_cast<T*>(tt.ptr[3][t]) + start;
+  const T bc1 = static_cast<T>(tt.c0[t]), bc2 = static_cast<T>(tt.c1[t]);
+  double sw = 0.0, sr = 0.0;
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const T d = convert<T>(g[k]), w = convert<T>(p[k]);
+    const T mk = a.b1 * m[k] + a.one_minus_b1 * d;
+    const T vk = a.b2 * v[k] + a.one_minus_b2 * d * d;
+    m[k] = mk;
+    v[k] = vk;
+    const double r = static_cast<double>(lamb_r(mk, vk, w, bc1, bc2, a));
+    const double wd = static_cast<double>(w);
+    sw += wd * wd;
+    sr += r * r;
+  }
+  block_reduce2(sw, sr);
+  if (threadIdx.x == 0) {
+    partial[2 * (first_block + blockIdx.x)] = sw;
+    partial[2 * (first_block + blockIdx.x) + 1] = sr;
+  }
+}
+
+// LAMB pass 2: the trust ratio from the tensor's partials, then w -= lr * ratio * r.
+template <class P, class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    lamb_apply_kernel(TensorTable<4, kLambMaxT> tt, LambArgs<T> a,
+                      const double* __restrict__ partial, int64_t first_block) {
+  int64_t start, n;
+  const int t = chunk_of(tt, start, n);
+  __shared__ T step_s;
+  if (threadIdx.x == 0) {
+    double ratio = 1.0;
+    if (a.adapt) {
+      double sw, sr;
+      tensor_sums(tt, t, partial, first_block, sw, sr);
+      const double wn = sqrt(sw), rn = sqrt(sr);
+      // As std::min on the CPU: a NaN ratio stays NaN.
+      if (wn > 0.0 && rn > 0.0) {
+        const double r = wn / rn;
+        ratio = a.max_trust_ratio < r ? a.max_trust_ratio : r;
+      }
+    }
+    step_s = static_cast<T>(a.lr * ratio);
+  }
+  __syncthreads();
+  const T step = step_s;
+  P* __restrict__ p = static_cast<P*>(tt.ptr[0][t]) + start;
+  const T* __restrict__ m = static_cast<const T*>(tt.ptr[2][t]) + start;
+  const T* __restrict__ v = static_cast<const T*>(tt.ptr[3][t]) + start;
+  const T bc1 = static_cast<T>(tt.c0[t]), bc2 = static_cast<T>(tt.c1[t]);
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+    const T w = convert<T>(p[k]);
+    p[k] = convert<P>(w - step * lamb_r(m[k], v[k], w, bc1, bc2, a));
+  }
+}
+
 }  // namespace
 
 void sgd_step(const SgdHyper& h, const std::vector<SgdTensors>& ts) {
@@ -339,6 +521,105 @@ void adam_step(const AdamHyper& h, const std::vector<AdamTensors>& ts) {
                         h.amsgrad};
     multi_tensor_apply<5, kAdamMaxT>(es, [&](const auto& tt, int blocks, int64_t) {
       adam_kernel<P, T><<<blocks, kBlockThreads, 0, st>>>(tt, a);
+      check_launch();
+    });
+  });
+}
+
+void lars_step(const LarsHyper& h, const std::vector<LarsTensors>& ts) {
+  if (ts.empty()) return;
+  const DType dt = ts.front().param.dtype();
+  std::vector<const Tensor*> params, states;
+  std::vector<Entry> es;
+  const bool use_momentum = h.momentum != 0.0;
+  int64_t blocks = 0;
+  for (const LarsTensors& s : ts) {
+    params.insert(params.end(), {&s.param, &s.grad});
+    if (use_momentum) states.push_back(&s.momentum_buffer);
+    Entry e;
+    e.ptr[0] = s.param.data_ptr();
+    e.ptr[1] = s.grad.data_ptr();
+    e.ptr[2] = use_momentum ? s.momentum_buffer.data_ptr() : nullptr;
+    e.numel = s.param.numel();
+    blocks += chunks_of(e.numel);
+    es.push_back(e);
+  }
+  const int dev = common_device("LARS::step", params, states, dt);
+  Guard guard(dev);
+  cudaStream_t st = stream(dev);
+  Tensor partial;
+  double* part = nullptr;
+  if (h.trust_ratio && blocks > 0) {
+    partial = empty({2 * blocks}, TensorOptions(DType::f64).with_device(Device::cuda(dev)));
+    part = static_cast<double*>(partial.data_ptr());
+  }
+  dispatch_param(dt, "LARS::step", [&]<class P, class T>() {
+    if (part != nullptr) {
+      multi_tensor_apply<2, kLarsNormMaxT>(es, [&](const auto& tt, int nb, int64_t first) {
+        lars_norm_kernel<P, T><<<nb, kBlockThreads, 0, st>>>(tt, part, first);
+        check_launch();
+      });
+    }
+    const LarsArgs<T> a{h.lr,
+                        h.weight_decay,
+                        h.trust_coefficient,
+                        h.eps,
+                        static_cast<T>(h.weight_decay),
+                        static_cast<T>(h.momentum),
+                        h.trust_ratio,
+                        h.weight_decay != 0.0,
+                        use_momentum};
+    multi_tensor_apply<3, kLarsMaxT>(es, [&](const auto& tt, int nb, int64_t first) {
+      lars_kernel<P, T><<<nb, kBlockThreads, 0, st>>>(tt, a, part, first);
+      check_launch();
+    });
+  });
+}
+
+void lamb_step(const LambHyper& h, const std::vector<LambTensors>& ts) {
+  if (ts.empty()) return;
+  const DType dt = ts.front().param.dtype();
+  std::vector<const Tensor*> params, states;
+  std::vector<Entry> es;
+  int64_t blocks = 0;
+  for (const LambTensors& s : ts) {
+    params.insert(params.end(), {&s.param, &s.grad});
+    states.insert(states.end(), {&s.exp_avg, &s.exp_avg_sq});
+    Entry e;
+    e.ptr[0] = s.param.data_ptr();
+    e.ptr[1] = s.grad.data_ptr();
+    e.ptr[2] = s.exp_avg.data_ptr();
+    e.ptr[3] = s.exp_avg_sq.data_ptr();
+    e.numel = s.param.numel();
+    // The CPU's bias corrections (src/optim/lamb.cpp), per tensor since steps may differ.
+    const double step = static_cast<double>(s.step);
+    e.c0 = 1.0 - std::pow(h.beta1, step);
+    e.c1 = 1.0 - std::pow(h.beta2, step);
+    blocks += chunks_of(e.numel);
+    es.push_back(e);
+  }
+  const int dev = common_device("LAMB::step", params, states, dt);
+  if (blocks == 0) return;
+  Guard guard(dev);
+  cudaStream_t st = stream(dev);
+  Tensor partial = empty({2 * blocks}, TensorOptions(DType::f64).with_device(Device::cuda(dev)));
+  double* part = static_cast<double*>(partial.data_ptr());
+  dispatch_param(dt, "LAMB::step", [&]<class P, class T>() {
+    const LambArgs<T> a{static_cast<T>(h.beta1),
+                        static_cast<T>(h.beta2),
+                        static_cast<T>(1.0 - h.beta1),
+                        static_cast<T>(1.0 - h.beta2),
+                        static_cast<T>(h.eps),
+                        static_cast<T>(h.weight_decay),
+                        h.lr,
+                        h.max_trust_ratio,
+                        h.trust_ratio};
+    multi_tensor_apply<4, kLambMaxT>(es, [&](const auto& tt, int nb, int64_t first) {
+      lamb_moments_kernel<P, T><<<nb, kBlockThreads, 0, st>>>(tt, a, part, first);
+      check_launch();
+    });
+    multi_tensor_apply<4, kLambMaxT>(es, [&](const auto& tt, int nb, int64_t first) {
+      lamb_apply_kernel<P, T><<<nb, kBlockThreads, 0, st>>>(tt, a, part, first);
       check_launch();
     });
   });

@@ -10,11 +10,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "dltrain/core/error.hpp"
+#include "dltrain/core/parallel.hpp"
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
 #include "src/backend/cuda/optim.hpp"
@@ -36,6 +38,25 @@ inline bool same_layout(const Tensor& a, const Tensor& b) {
     if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
   }
   return true;
+}
+
+/// Runs f(lo, hi) -> std::array<double, 2> on the fixed chunks [c * kGrain, (c + 1) * kGrain)
+/// of [0, n), in parallel, and returns the chunks' results summed in chunk order: the same
+/// bits whatever the thread count (the norms of LARS and LAMB).
+template <class F>
+std::array<double, 2> chunked_sums(int64_t n, F&& f) {
+  const int64_t chunks = (n + kGrain - 1) / kGrain;
+  if (chunks <= 1) return f(int64_t{0}, n);
+  std::vector<std::array<double, 2>> part(static_cast<size_t>(chunks));
+  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) part[c] = f(c * kGrain, std::min(n, (c + 1) * kGrain));
+  });
+  std::array<double, 2> s{0.0, 0.0};
+  for (const auto& p : part) {
+    s[0] += p[0];
+    s[1] += p[1];
+  }
+  return s;
 }
 
 /// The dtype of a parameter's optimizer state and of its update arithmetic: f32 for f16/bf16
@@ -71,6 +92,10 @@ struct CudaBatch {
   std::vector<backend::cuda::SgdTensors> sgd;
   backend::cuda::AdamHyper adam_hyper;
   std::vector<backend::cuda::AdamTensors> adam;
+  backend::cuda::LarsHyper lars_hyper;
+  std::vector<backend::cuda::LarsTensors> lars;
+  backend::cuda::LambHyper lamb_hyper;
+  std::vector<backend::cuda::LambTensors> lamb;
   /// Launches the queued updates, one call per (device, dtype), and empties the batch.
   void flush();
 };

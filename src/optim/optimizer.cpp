@@ -28,6 +28,9 @@ void for_each_field(A& a, B& b, F&& f) {
   f("eps", a.eps, b.eps);
   f("amsgrad", a.amsgrad, b.amsgrad);
   f("maximize", a.maximize, b.maximize);
+  f("trust_coefficient", a.trust_coefficient, b.trust_coefficient);
+  f("max_trust_ratio", a.max_trust_ratio, b.max_trust_ratio);
+  f("trust_ratio", a.trust_ratio, b.trust_ratio);
 }
 
 void write_field(StateDict& out, const std::string& key, const std::optional<double>& v) {
@@ -79,8 +82,12 @@ void CudaBatch::flush() {
   // Taken out first, so that a failing launch leaves an empty batch behind.
   std::vector<backend::cuda::SgdTensors> s = std::move(sgd);
   std::vector<backend::cuda::AdamTensors> a = std::move(adam);
+  std::vector<backend::cuda::LarsTensors> l = std::move(lars);
+  std::vector<backend::cuda::LambTensors> b = std::move(lamb);
   sgd.clear();
   adam.clear();
+  lars.clear();
+  lamb.clear();
   using Key = std::pair<int, DType>;
   std::map<Key, std::vector<backend::cuda::SgdTensors>> sgd_parts;
   for (auto& t : s) sgd_parts[{t.param.device().index, t.param.dtype()}].push_back(std::move(t));
@@ -88,6 +95,12 @@ void CudaBatch::flush() {
   std::map<Key, std::vector<backend::cuda::AdamTensors>> adam_parts;
   for (auto& t : a) adam_parts[{t.param.device().index, t.param.dtype()}].push_back(std::move(t));
   for (const auto& [key, ts] : adam_parts) backend::cuda::adam_step(adam_hyper, ts);
+  std::map<Key, std::vector<backend::cuda::LarsTensors>> lars_parts;
+  for (auto& t : l) lars_parts[{t.param.device().index, t.param.dtype()}].push_back(std::move(t));
+  for (const auto& [key, ts] : lars_parts) backend::cuda::lars_step(lars_hyper, ts);
+  std::map<Key, std::vector<backend::cuda::LambTensors>> lamb_parts;
+  for (auto& t : b) lamb_parts[{t.param.device().index, t.param.dtype()}].push_back(std::move(t));
+  for (const auto& [key, ts] : lamb_parts) backend::cuda::lamb_step(lamb_hyper, ts);
 }
 
 }  // namespace detail

@@ -526,6 +526,67 @@ void CosineAnnealingLR::load_extra(const StateDict& state) {
   eta_min_ = eta_min;
 }
 
+// --- PolynomialLR ----------------------------------------------------------------------
+
+namespace {
+void check_poly(int64_t total_iters, double power, double end_lr, const char* who) {
+  DLTRAIN_CHECK(total_iters > 0, who, ": total_iters must be > 0, got ", total_iters);
+  DLTRAIN_CHECK(power >= 0.0 && std::isfinite(power), who, ": power must be finite and >= 0, got ",
+                power);
+  DLTRAIN_CHECK(end_lr >= 0.0 && std::isfinite(end_lr), who,
+                ": end_lr must be finite and >= 0, got ", end_lr);
+}
+}  // namespace
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power, double end_lr)
+    : LRScheduler(optimizer), total_iters_(total_iters), power_(power), end_lr_(end_lr) {
+  check_poly(total_iters, power, end_lr, "PolynomialLR");
+  initial_step();
+}
+
+std::vector<double> PolynomialLR::get_lr() {
+  auto lrs = group_lrs();
+  if (last_epoch_ == 0 || last_epoch_ > total_iters_) return lrs;
+  // PyTorch's expression, applied to the distance above end_lr.
+  const double T = static_cast<double>(total_iters_), e = static_cast<double>(last_epoch_);
+  const double f = std::pow((1.0 - e / T) / (1.0 - (e - 1.0) / T), power_);
+  for (auto& lr : lrs) lr = (lr - end_lr_) * f + end_lr_;
+  return lrs;
+}
+
+std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
+  std::vector<double> out;
+  const double T = static_cast<double>(total_iters_);
+  const double t = static_cast<double>(std::min(total_iters_, last_epoch_));
+  for (double b : base_lrs_) out.push_back((b - end_lr_) * std::pow(1.0 - t / T, power_) + end_lr_);
+  return out;
+}
+
+std::optional<std::string> PolynomialLR::rescale_remaining(double factor) {
+  check_factor(factor, "PolynomialLR");
+  if (total_iters_ <= last_epoch_ || last_epoch_ < 0) return std::string();
+  const int64_t left = total_iters_ - last_epoch_;
+  std::tie(last_epoch_, total_iters_) = stretch_cycle(last_epoch_, total_iters_, factor);
+  return "remaining " + std::to_string(left) + " steps -> " +
+         std::to_string(total_iters_ - last_epoch_);
+}
+
+void PolynomialLR::save_extra(StateDict& out) const {
+  save_int(out, "total_iters", total_iters_);
+  out.insert_scalar("power", power_);
+  out.insert_scalar("end_lr", end_lr_);
+}
+
+void PolynomialLR::load_extra(const StateDict& state) {
+  const char* ctx = "PolynomialLR::load_state_dict";
+  const int64_t total = read_int(state, "total_iters", ctx);
+  const double power = state.scalar("power", ctx), end_lr = state.scalar("end_lr", ctx);
+  check_poly(total, power, end_lr, ctx);
+  total_iters_ = total;
+  power_ = power;
+  end_lr_ = end_lr;
+}
+
 // --- OneCycleLR ------------------------------------------------------------------------
 
 OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,

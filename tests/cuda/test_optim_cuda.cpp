@@ -1,8 +1,9 @@
-// Fused multi-tensor optimizers and gradient clipping on CUDA against the CPU: identical
-// parameters and gradients stepped on both devices for several steps must follow the same
-// trajectory (f32 to ~1e-6 relative; only fused multiply-adds may differ), with the same
-// state dicts. The parameter sets span several kernel launches (more tensors than one table
-// holds, a tensor longer than one launch's blocks), mixed dtypes in a group, a channels-last
+// Fused multi-tensor optimizers (SGD, Adam/AdamW, LARS, LAMB) and gradient clipping on CUDA
+// against the CPU: identical parameters and gradients stepped on both devices for several
+// steps must follow the same trajectory (f32 to ~1e-6 relative; only fused multiply-adds, and
+// for LARS / LAMB the summation order of the f64 norms, may differ), with the same state
+// dicts. The parameter sets span several kernel launches (more tensors than one table holds,
+// a tensor longer than one launch's blocks), mixed dtypes in a group, a channels-last
 // parameter, a gradient in another layout, and parameters skipped on some steps (their state
 // starts later, so per-tensor step counts and first-step flags differ within a launch), and
 // buffers that follow a parameter Module::to moved to the GPU and made channels-last.
@@ -157,6 +158,100 @@ TEST_CASE("Adam and AdamW on CUDA follow the CPU trajectory", "[cuda][gpu]") {
         return std::make_unique<optim::AdamW>(std::move(gs), optim::AdamWOptions{.lr = 1e-2});
       },
       "AdamW big", 2, /*big=*/true);
+}
+
+TEST_CASE("LARS and LAMB on CUDA follow the CPU trajectory", "[cuda][gpu]") {
+  // The per-tensor norms come from per-chunk partial sums read back by the update kernel's
+  // blocks: the parameter set spans several tables and launches (first_block bookkeeping).
+  for (const bool adapt_second : {true, false}) {
+    const std::string tag = adapt_second ? "" : " second group excluded";
+    auto exclude = [&](std::vector<optim::ParamGroup> gs) {
+      if (!adapt_second) {
+        gs[1].trust_ratio = false;
+        gs[1].weight_decay = 0.0;
+      }
+      return gs;
+    };
+    run_both(
+        [&](std::vector<optim::ParamGroup> gs) {
+          return std::make_unique<optim::LARS>(
+              exclude(std::move(gs)),
+              optim::LARSOptions{
+                  .lr = 2.0, .momentum = 0.9, .weight_decay = 5e-4, .trust_coefficient = 0.02});
+        },
+        "LARS" + tag, 5);
+    run_both(
+        [&](std::vector<optim::ParamGroup> gs) {
+          return std::make_unique<optim::LARS>(exclude(std::move(gs)),
+                                               optim::LARSOptions{.lr = 1.0, .momentum = 0.0});
+        },
+        "LARS no momentum" + tag, 3);
+    run_both(
+        [&](std::vector<optim::ParamGroup> gs) {
+          return std::make_unique<optim::LAMB>(
+              exclude(std::move(gs)), optim::LAMBOptions{.lr = 1e-2, .weight_decay = 1e-2});
+        },
+        "LAMB" + tag, 5);
+    run_both(
+        [&](std::vector<optim::ParamGroup> gs) {
+          return std::make_unique<optim::LAMB>(
+              exclude(std::move(gs)),
+              optim::LAMBOptions{.lr = 2e-2, .betas = {0.8, 0.99}, .max_trust_ratio = 0.5});
+        },
+        "LAMB clipped" + tag, 4);
+  }
+  run_both(
+      [](std::vector<optim::ParamGroup> gs) {
+        return std::make_unique<optim::LARS>(std::move(gs), optim::LARSOptions{.lr = 1.0});
+      },
+      "LARS big", 2, /*big=*/true);
+  run_both(
+      [](std::vector<optim::ParamGroup> gs) {
+        return std::make_unique<optim::LAMB>(std::move(gs), optim::LAMBOptions{.lr = 1e-2});
+      },
+      "LAMB big", 2, /*big=*/true);
+}
+
+TEST_CASE("LARS and LAMB on CUDA give ratio 1 for zero weights and zero gradients, in bf16 too",
+          "[cuda][gpu]") {
+  for (const DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    std::vector<Tensor> cpu, gpu;
+    for (int k = 0; k < 3; ++k) {
+      Tensor v = k == 0 ? zeros({5, 3}, DType::f64) : randn({k == 1 ? 7 : 1}, DType::f64);
+      Tensor c = v.to(dt).clone(), g = v.to(dt).to(kDev);
+      c.requires_grad_();
+      g.requires_grad_();
+      cpu.push_back(c);
+      gpu.push_back(g);
+    }
+    auto grads = [&](int step) {
+      for (size_t k = 0; k < cpu.size(); ++k) {
+        // Parameter 1's gradient is zero at the first step.
+        Tensor gr = k == 1 && step == 0 ? zeros(cpu[k].shape(), DType::f64)
+                                        : randn(cpu[k].shape(), DType::f64);
+        cpu[k].set_grad(gr.to(dt));
+        gpu[k].set_grad(gr.to(dt).to(kDev));
+      }
+    };
+    optim::LARS lc(cpu, {.lr = 1.0, .weight_decay = 1e-3}),
+        lg(gpu, {.lr = 1.0, .weight_decay = 1e-3});
+    for (int step = 0; step < 3; ++step) {
+      grads(step);
+      lc.step();
+      lg.step();
+    }
+    optim::LAMB mc(cpu, {.lr = 1e-2}), mg(gpu, {.lr = 1e-2});
+    for (int step = 0; step < 3; ++step) {
+      grads(step);
+      mc.step();
+      mg.step();
+    }
+    // bf16: one rounding of the parameter per step may land on either side (2^-8 relative).
+    const double rtol = dt == DType::bf16 ? 1.0 / 128 : 1e-5;
+    for (size_t k = 0; k < cpu.size(); ++k)
+      dltrain::test::check_close(gpu[k], cpu[k], rtol, 1e-6,
+                                 dltrain::test::dt_str(dt) + " param " + std::to_string(k));
+  }
 }
 
 TEST_CASE("a CUDA optimizer resumes exactly from its state_dict", "[cuda][gpu]") {

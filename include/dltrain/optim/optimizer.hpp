@@ -1,4 +1,4 @@
-// ParamGroup and the Optimizer base class that SGD, Adam and AdamW derive from.
+// ParamGroup and the Optimizer base class that SGD, Adam, AdamW, LARS and LAMB derive from.
 //
 // An optimizer owns a list of parameter groups; each group holds parameters (tensor handles
 // shared with the model) and the hyper-parameters used to update them. A group's fields are
@@ -38,7 +38,9 @@ namespace dltrain::optim {
 /// Parameters updated with one set of hyper-parameters. Unset fields take the optimizer's
 /// defaults when the group is adopted; fields the optimizer does not use must stay unset
 /// (SGD: lr, weight_decay, momentum, dampening, nesterov, maximize; Adam/AdamW: lr,
-/// weight_decay, betas, eps, amsgrad, maximize). Example:
+/// weight_decay, betas, eps, amsgrad, maximize; LARS: lr, weight_decay, momentum, eps,
+/// trust_coefficient, trust_ratio; LAMB: lr, weight_decay, betas, eps, max_trust_ratio,
+/// trust_ratio). Example:
 /// `ParamGroup{.params = head, .lr = 0.1, .weight_decay = 0.0}`.
 struct ParamGroup {
   /// The tensors to update (floating-point leaves; handles shared with the model).
@@ -61,6 +63,16 @@ struct ParamGroup {
   std::optional<bool> amsgrad{};
   /// Ascend instead of descend (the gradient is negated).
   std::optional<bool> maximize{};
+  /// LARS trust coefficient eta (> 0), the scale of the layer-wise learning rate.
+  std::optional<double> trust_coefficient{};
+  /// LAMB: upper clip of the trust ratio (> 0; +infinity, the default, does not clip).
+  std::optional<double> max_trust_ratio{};
+  /// LARS / LAMB: scale the group's updates by each parameter's trust ratio. false excludes
+  /// the group from the adaptation (ratio 1: plain momentum SGD for LARS, an AdamW-like
+  /// update for LAMB), as MLPerf does for BatchNorm parameters and biases; the
+  /// group's weight_decay still applies, so such a group usually sets it to 0 too
+  /// (param_groups_no_decay does both).
+  std::optional<bool> trust_ratio{};
   /// The lr the group started from; set by the first LR scheduler attached (as PyTorch's
   /// 'initial_lr'), unset otherwise.
   std::optional<double> initial_lr{};
@@ -110,7 +122,7 @@ class Optimizer {
   /// shape mismatch) and leaves the optimizer unchanged then.
   void load_state_dict(const StateDict& state);
 
-  /// "SGD", "Adam", "AdamW": used in messages and as the state-dict type tag.
+  /// "SGD", "Adam", "AdamW", "LARS", "LAMB": used in messages and as the state-dict type tag.
   virtual const char* name() const = 0;
 
  protected:

@@ -223,6 +223,37 @@ class CosineAnnealingLR final : public LRScheduler {
   double eta_min_;
 };
 
+/// Polynomial decay (PolynomialLR) of base_lr to end_lr over total_iters epochs, then
+/// constant:
+///   lr(t) = (base_lr - end_lr) * (1 - min(t, T) / T)^power + end_lr,   T = total_iters.
+/// With end_lr = 0 (the default) this is torch.optim.lr_scheduler.PolynomialLR (PyTorch 1.13,
+/// defaults total_iters 5, power 1) with its recursive formula
+///   lr(t) = lr(t-1) * ((1 - t/T) / (1 - (t-1)/T))^power   for 0 < t <= T,
+/// applied here to lr - end_lr, so that a non-zero end_lr gives MLPerf's ResNet-50 / LARS
+/// schedule (power 2, end_lr 1e-4 at the end of training); it still chains with other
+/// schedulers and changes made to `lr` from outside. After the warm-up of a SequentialLR
+/// (LinearLR then PolynomialLR) the decay restarts from base_lr at the milestone, so T counts
+/// the steps after the warm-up, as MLPerf's (train_steps - warmup_steps).
+/// total_iters > 0, power >= 0 and end_lr >= 0, each finite.
+class PolynomialLR final : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& optimizer, int64_t total_iters = 5, double power = 1.0,
+               double end_lr = 0.0);
+  const char* name() const override { return "PolynomialLR"; }
+  /// A decay still under way is stretched as CosineAnnealingLR's (total_iters and
+  /// last_epoch() change, the fraction of the decay done stays); a finished one is left alone.
+  std::optional<std::string> rescale_remaining(double factor) override;
+
+ private:
+  std::vector<double> get_lr() override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
+  // State adds `total_iters`, `power` and `end_lr`.
+  void save_extra(StateDict& out) const override;
+  void load_extra(const StateDict& state) override;
+  int64_t total_iters_;
+  double power_, end_lr_;
+};
+
 /// How OneCycleLR interpolates within a phase.
 enum class AnnealStrategy { Cos, Linear };
 

@@ -1,5 +1,5 @@
-// CUDA entry points of the optimizer family: fused multi-tensor SGD and Adam/AdamW updates,
-// and the gradient-clipping passes (internal header, no CUDA types; kernels in
+// CUDA entry points of the optimizer family: fused multi-tensor SGD, Adam/AdamW, LARS and LAMB
+// updates, and the gradient-clipping passes (internal header, no CUDA types; kernels in
 // kernels/optim.cu, stubs in stub_optim.cpp). Callers (src/optim) check dtypes, devices and
 // layouts: every tensor of one call is on one CUDA device and dense (its elements fill
 // [data_ptr, data_ptr + numel) exactly), and a parameter's gradient and state share its
@@ -47,6 +47,40 @@ struct AdamTensors {
 
 /// Adam / AdamW update of every tensor (same dtype, f32 or f64, one device).
 void adam_step(const AdamHyper& h, const std::vector<AdamTensors>& ts);
+
+/// LARS hyper-parameters of one param group (see dltrain/optim/lars.hpp).
+struct LarsHyper {
+  double lr = 0, weight_decay = 0, momentum = 0, trust_coefficient = 0, eps = 0;
+  bool trust_ratio = true;
+};
+
+/// One parameter of a LARS step. momentum_buffer (state dtype) is undefined when
+/// momentum == 0, and zero-filled before the parameter's first step.
+struct LarsTensors {
+  Tensor param, grad, momentum_buffer;
+};
+
+/// LARS update of every tensor (same dtype, one device): per-tensor norms (one multi-tensor
+/// pass writing per-chunk partial sums to the device), then the update, whose blocks read
+/// their tensor's partials; no host synchronisation.
+void lars_step(const LarsHyper& h, const std::vector<LarsTensors>& ts);
+
+/// LAMB hyper-parameters of one param group (see dltrain/optim/lamb.hpp).
+struct LambHyper {
+  double lr = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, max_trust_ratio = 0;
+  bool trust_ratio = true;
+};
+
+/// One parameter of a LAMB step; `step` counts this step (>= 1). The moments are zero-filled
+/// before the first step.
+struct LambTensors {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  int64_t step = 1;
+};
+
+/// LAMB update of every tensor (same dtype, one device): moments and per-chunk partial norms
+/// of w and of the update in one pass, then the parameter update.
+void lamb_step(const LambHyper& h, const std::vector<LambTensors>& ts);
 
 /// The norm_type-norm of all `grads` together (dense, any floating dtypes, one device),
 /// accumulated in double in a fixed order. Writes it to `norm` (0-d f64) and the clipping

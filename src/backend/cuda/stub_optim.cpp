@@ -11,6 +11,12 @@ void sgd_step(const SgdHyper&, const std::vector<SgdTensors>&) {
 void adam_step(const AdamHyper&, const std::vector<AdamTensors>&) {
   unavailable("stepping Adam on CUDA parameters");
 }
+void lars_step(const LarsHyper&, const std::vector<LarsTensors>&) {
+  unavailable("stepping LARS on CUDA parameters");
+}
+void lamb_step(const LambHyper&, const std::vector<LambTensors>&) {
+  unavailable("stepping LAMB on CUDA parameters");
+}
 void grad_norm(const Tensor&, const Tensor&, const std::vector<Tensor>&, double, double) {
   unavailable("clip_grad_norm_ on CUDA gradients");
 }
