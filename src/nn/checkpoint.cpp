@@ -115,6 +115,20 @@ std::vector<Tensor> used_leaves(const std::vector<Tensor>& outputs, uint64_t fir
   return leaves;
 }
 
+// A handle on `t`'s place in the graph (grad_fn and output number, shape and dtype) without its
+// memory: the roots of the recomputation's backward need no values, and holding the outputs
+// themselves would keep a segment output alive through the whole of its backward.
+Tensor graph_handle(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->dtype = t.dtype();
+  impl->requires_grad = true;
+  impl->grad_fn = t.grad_fn();
+  impl->output_nr = t.impl()->output_nr;
+  return Tensor(std::move(impl));
+}
+
 }  // namespace
 
 bool is_recomputing() { return t_recomputing > 0; }
@@ -170,9 +184,10 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
         std::vector<Tensor> roots, seeds;
         for (size_t k = 0; k < outs.size(); ++k) {
           if (!outs[k].defined() || !outs[k].requires_grad() || !grads[k].defined()) continue;
-          roots.push_back(outs[k]);
+          roots.push_back(graph_handle(outs[k]));
           seeds.push_back(grads[k]);
         }
+        outs.clear();  // the recomputed outputs' memory goes as soon as their nodes ran
         for (const Tensor& l : leaves) wrt.push_back(l);
         if (roots.empty() || wrt.empty()) return result;
         std::vector<Tensor> gs =
