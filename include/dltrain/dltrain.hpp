@@ -28,6 +28,7 @@
 #include "dltrain/distributed/ddp.hpp"
 #include "dltrain/distributed/env.hpp"
 #include "dltrain/distributed/process_group.hpp"
+#include "dltrain/distributed/zero.hpp"
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/io/file_format.hpp"
 #include "dltrain/io/pth.hpp"

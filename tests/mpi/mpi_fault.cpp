@@ -4,6 +4,9 @@
 //   mpi_fault throw     rank 1 dies of an uncaught exception while rank 0 waits in an
 //                       all-reduce: the job must end at once, the message printed once.
 //   mpi_fault abort     rank 1 calls distributed::abort (what a caught error should do).
+//   mpi_fault zero      rank 1's shard of a ZeroRedundancyOptimizer fails its local step (a
+//                       gradient of the wrong dtype) while rank 0 waits in the broadcast of
+//                       rank 1's parameters: the job must end at once with the step's message.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,8 +32,17 @@ int main(int argc, char** argv) {
     if (g.rank() == 1) distributed::abort("cannot read shard-00017.h5 (injected)", 3);
     g.all_reduce(t).wait();
     std::this_thread::sleep_for(std::chrono::seconds(120));
+  } else if (mode == "zero") {
+    // Partitioned by size: the 4-element parameter on rank 0, the 3-element one on rank 1.
+    Tensor a = zeros({4}).requires_grad_(), b = zeros({3}).requires_grad_();
+    auto opt = distributed::ZeroRedundancyOptimizer::make<optim::SGD>(std::vector<Tensor>{a, b},
+                                                                      optim::SGDOptions{.lr = 0.1});
+    a.set_grad(ones({4}));
+    b.set_grad(g.rank() == 1 ? ones({3}, DType::f64) : ones({3}));
+    opt.step();
+    std::this_thread::sleep_for(std::chrono::seconds(120));
   } else {
-    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort\n");
+    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort|zero\n");
     return 2;
   }
   return 0;

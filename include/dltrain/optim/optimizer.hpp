@@ -33,6 +33,10 @@
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
 
+namespace dltrain::distributed {
+class ZeroRedundancyOptimizer;
+}
+
 namespace dltrain::optim {
 
 /// Parameters updated with one set of hyper-parameters. Unset fields take the optimizer's
@@ -103,15 +107,17 @@ class Optimizer {
   /// Updates every parameter that has a gradient (parameters without one are skipped and
   /// their state does not advance). Runs without recording autograd. Throws dltrain::Error
   /// (before updating anything) for a gradient whose dtype, device or shape differs from its
-  /// parameter, or a non-dense parameter.
-  void step();
+  /// parameter, or a non-dense parameter. Virtual so that a wrapper
+  /// (distributed::ZeroRedundancyOptimizer) adds its communication when stepped through this
+  /// class, as GradScaler does.
+  virtual void step();
   /// Clears gradients: drops them (set_to_none, the default, as PyTorch 2) or fills with 0.
   void zero_grad(bool set_to_none = true);
   /// Adopts a new group: fills unset fields from the defaults, validates, appends its
   /// parameters after the existing ones. Throws dltrain::Error for an empty or undefined
   /// parameter, a non-floating or non-leaf tensor, a parameter already in a group, a field
   /// this optimizer does not use, or an invalid hyper-parameter.
-  void add_param_group(ParamGroup group);
+  virtual void add_param_group(ParamGroup group);
 
   /// A snapshot (tensors are copies) of hyper-parameters and per-parameter state.
   StateDict state_dict() const;
@@ -126,6 +132,10 @@ class Optimizer {
   virtual const char* name() const = 0;
 
  protected:
+  // ZeroRedundancyOptimizer drives the optimizer it wraps through the hooks below (saving and
+  // loading one parameter's state, validating groups) without widening the public interface.
+  friend class distributed::ZeroRedundancyOptimizer;
+
   /// `defaults` holds every field the optimizer uses (params empty).
   explicit Optimizer(ParamGroup defaults) : defaults_(std::move(defaults)) {}
   /// Adopts `groups` (at least one parameter overall); derived constructors call it.
