@@ -218,40 +218,19 @@ std::vector<std::string> Adam::state_names() const {
 }
 
 void Adam::save_state(int64_t i, const std::string& prefix, StateDict& out) const {
-  if (i >= static_cast<int64_t>(state_.size()) || state_[i].step == 0) return;
+  if (i >= static_cast<int64_t>(state_.size())) return;
   const State& s = state_[i];
-  out.insert_scalar(prefix + "step", static_cast<double>(s.step), /*integer=*/true);
-  out.insert(prefix + "exp_avg", s.exp_avg.clone(MemoryFormat::Contiguous));
-  out.insert(prefix + "exp_avg_sq", s.exp_avg_sq.clone(MemoryFormat::Contiguous));
-  if (s.max_exp_avg_sq.defined()) {
-    out.insert(prefix + "max_exp_avg_sq", s.max_exp_avg_sq.clone(MemoryFormat::Contiguous));
-  }
+  detail::save_moments({s.step, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq}, prefix, out);
 }
 
 void Adam::load_state(const StateDict& state, const std::vector<ParamGroup>& groups) {
-  const std::string ctx_s = std::string(name()) + "::load_state_dict";
-  const char* ctx = ctx_s.c_str();
+  const std::string ctx = std::string(name()) + "::load_state_dict";
   std::vector<State> loaded;
-  for (const auto& g : groups) {
-    for (const auto& p : g.params) {
-      const std::string pre = "state." + std::to_string(loaded.size()) + ".";
-      State s;
-      const bool any = state.contains(pre + "step") || state.contains(pre + "exp_avg") ||
-                       state.contains(pre + "exp_avg_sq") || state.contains(pre + "max_exp_avg_sq");
-      if (any) {
-        const double step = state.scalar(pre + "step", ctx);
-        DLTRAIN_CHECK(step >= 1.0 && step == std::floor(step), ctx, ": entry '", pre,
-                      "step' should be a positive integer but is ", step);
-        s.step = static_cast<int64_t>(step);
-        s.exp_avg = load_buffer(state, pre + "exp_avg", p);
-        s.exp_avg_sq = load_buffer(state, pre + "exp_avg_sq", p);
-        if (*g.amsgrad || state.contains(pre + "max_exp_avg_sq")) {
-          s.max_exp_avg_sq = load_buffer(state, pre + "max_exp_avg_sq", p);
-        }
-      }
-      loaded.push_back(std::move(s));
-    }
-  }
+  for (detail::Moments& m : detail::load_moments(
+           state, groups, ctx.c_str(), [](const ParamGroup&g) { return *g.amsgrad; },
+           [&](const std::string&key, const Tensor&p) { return load_buffer(state, key, p); }))
+    loaded.push_back(
+        {m.step, std::move(m.exp_avg), std::move(m.exp_avg_sq), std::move(m.max_exp_avg_sq)});
   state_ = std::move(loaded);
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
+#include "dltrain/optim/optimizer.hpp"
 #include "src/backend/cuda/optim.hpp"
 #include "src/core/layout.hpp"
 
@@ -132,6 +134,72 @@ inline std::string read_tag(const StateDict& state, const std::string& key, cons
                 shape_str(t.shape()));
   const auto bytes = t.to_vector<uint8_t>();
   return std::string(bytes.begin(), bytes.end());
+}
+
+// --- per-parameter state in state dicts, shared by the optimizers with the same state ----
+
+/// SGD's and LARS's state: `<prefix>momentum_buffer` for parameter i when it has one.
+inline void save_momentum(const std::vector<Tensor>& buffers, int64_t i, const std::string& prefix,
+                          StateDict& out) {
+  if (i < static_cast<int64_t>(buffers.size()) && buffers[i].defined())
+    out.insert(prefix + "momentum_buffer", buffers[i].clone(MemoryFormat::Contiguous));
+}
+
+/// The momentum buffers of every parameter of `groups` (undefined where the state has none);
+/// `load(key, param)` is the optimizer's Optimizer::load_buffer.
+template <class Load>
+std::vector<Tensor> load_momentum(const StateDict& state, const std::vector<ParamGroup>& groups,
+                                  Load load) {
+  std::vector<Tensor> bufs;
+  for (const auto& g : groups)
+    for (const auto& p : g.params) {
+      const std::string key = "state." + std::to_string(bufs.size()) + ".momentum_buffer";
+      bufs.push_back(state.contains(key) ? load(key, p) : Tensor());
+    }
+  return bufs;
+}
+
+/// Adam's (and AdamW's, LAMB's) state of one parameter: its step count and moments.
+struct Moments {
+  int64_t step = 0;                            // 0: never stepped (no state saved)
+  Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;  // max_exp_avg_sq: AMSGrad only
+};
+
+/// `<prefix>step`, `exp_avg`, `exp_avg_sq` (and `max_exp_avg_sq` when kept), PyTorch's keys.
+inline void save_moments(const Moments& s, const std::string& prefix, StateDict& out) {
+  if (s.step == 0) return;
+  out.insert_scalar(prefix + "step", static_cast<double>(s.step), /*integer=*/true);
+  out.insert(prefix + "exp_avg", s.exp_avg.clone(MemoryFormat::Contiguous));
+  out.insert(prefix + "exp_avg_sq", s.exp_avg_sq.clone(MemoryFormat::Contiguous));
+  if (s.max_exp_avg_sq.defined())
+    out.insert(prefix + "max_exp_avg_sq", s.max_exp_avg_sq.clone(MemoryFormat::Contiguous));
+}
+
+/// The moments of every parameter of `groups`; `with_max(group)` says whether a parameter of
+/// that group keeps max_exp_avg_sq even when the state lacks it (AMSGrad), `load(key, param)`
+/// is Optimizer::load_buffer. Throws naming `ctx` for a step that is not a positive integer.
+template <class WithMax, class Load>
+std::vector<Moments> load_moments(const StateDict& state, const std::vector<ParamGroup>& groups,
+                                  const char* ctx, WithMax with_max, Load load) {
+  std::vector<Moments> loaded;
+  for (const auto& g : groups)
+    for (const auto& p : g.params) {
+      const std::string pre = "state." + std::to_string(loaded.size()) + ".";
+      Moments s;
+      if (state.contains(pre + "step") || state.contains(pre + "exp_avg") ||
+          state.contains(pre + "exp_avg_sq") || state.contains(pre + "max_exp_avg_sq")) {
+        const double step = state.scalar(pre + "step", ctx);
+        DLTRAIN_CHECK(step >= 1.0 && step == std::floor(step), ctx, ": entry '", pre,
+                      "step' should be a positive integer but is ", step);
+        s.step = static_cast<int64_t>(step);
+        s.exp_avg = load(pre + "exp_avg", p);
+        s.exp_avg_sq = load(pre + "exp_avg_sq", p);
+        if (with_max(g) || state.contains(pre + "max_exp_avg_sq"))
+          s.max_exp_avg_sq = load(pre + "max_exp_avg_sq", p);
+      }
+      loaded.push_back(std::move(s));
+    }
+  return loaded;
 }
 
 }  // namespace dltrain::optim::detail

@@ -140,20 +140,13 @@ void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor
 std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }
 
 void SGD::save_state(int64_t i, const std::string& prefix, StateDict& out) const {
-  if (i < static_cast<int64_t>(momentum_buffer_.size()) && momentum_buffer_[i].defined()) {
-    out.insert(prefix + "momentum_buffer", momentum_buffer_[i].clone(MemoryFormat::Contiguous));
-  }
+  detail::save_momentum(momentum_buffer_, i, prefix, out);
 }
 
 void SGD::load_state(const StateDict& state, const std::vector<ParamGroup>& groups) {
-  std::vector<Tensor> bufs;
-  for (const auto& g : groups) {
-    for (const auto& p : g.params) {
-      const std::string key = "state." + std::to_string(bufs.size()) + ".momentum_buffer";
-      bufs.push_back(state.contains(key) ? load_buffer(state, key, p) : Tensor());
-    }
-  }
-  momentum_buffer_ = std::move(bufs);
+  momentum_buffer_ = detail::load_momentum(
+      state, groups,
+      [&](const std::string& key, const Tensor& p) { return load_buffer(state, key, p); });
 }
 
 }  // namespace dltrain::optim
