@@ -49,6 +49,46 @@ Stats compute_stats(std::vector<double> v) {
   return s;
 }
 
+void DurationSeries::add(double v) {
+  ++count_;
+  if (count_ == 1) {
+    min_ = max_ = v;
+  } else {
+    min_ = std::min(min_, v);
+    max_ = std::max(max_, v);
+  }
+  total_ += v;
+  const double d = v - mean_;
+  mean_ += d / static_cast<double>(count_);
+  m2_ += d * (v - mean_);
+  if (sample_.size() < capacity_) {
+    sample_.push_back(v);
+    return;
+  }
+  // Algorithm R: the count_-th value replaces a uniform slot with probability capacity/count_.
+  rng_ += 0x9E3779B97F4A7C15ull;  // splitmix64
+  uint64_t z = rng_;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const uint64_t j = z % static_cast<uint64_t>(count_);
+  if (j < capacity_) sample_[j] = v;
+}
+
+void DurationSeries::clear() { *this = DurationSeries(capacity_); }
+
+Stats DurationSeries::stats() const {
+  Stats s = compute_stats(sample_);
+  if (count_ == 0) return s;
+  s.count = count_;
+  s.min = min_;
+  s.max = max_;
+  s.total = total_;
+  s.mean = mean_;
+  s.std = std::sqrt(m2_ / static_cast<double>(count_));
+  return s;
+}
+
 int64_t peak_host_rss_bytes() {
   rusage u{};
   if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
@@ -84,7 +124,7 @@ double Chronometer::end_epoch() {
                 "at the start of each epoch");
   mark_sync();
   const double t = now() - epoch_start_;
-  epoch_times_.push_back(t);
+  epoch_times_.add(t);
   in_epoch_ = false;
   return t;
 }
@@ -117,16 +157,16 @@ double Chronometer::end_step(int64_t samples) {
   in_step_ = false;
   ++steps_;
   if (steps_ > options_.warmup_steps) {
-    step_times_.push_back(t);
+    step_times_.add(t);
     measured_samples_ += samples;
     for (int i = 0; i < kNumPhases; ++i)
-      if (lapped_[i]) phase_times_[i].push_back(current_[i]);
+      if (lapped_[i]) phase_times_[i].add(current_[i]);
   }
   return t;
 }
 
 const std::vector<double>& Chronometer::phase_times(Phase phase) const {
-  return phase_times_[static_cast<int>(phase)];
+  return phase_times_[static_cast<int>(phase)].sample();
 }
 
 void Chronometer::reset() {
@@ -140,10 +180,10 @@ void Chronometer::reset() {
 ChronometerSummary Chronometer::summary() const {
   ChronometerSummary s;
   s.steps = steps_;
-  s.measured_steps = static_cast<int64_t>(step_times_.size());
-  for (int i = 0; i < kNumPhases; ++i) s.phases[i] = compute_stats(phase_times_[i]);
-  s.step = compute_stats(step_times_);
-  s.epoch = compute_stats(epoch_times_);
+  s.measured_steps = step_times_.count();
+  for (int i = 0; i < kNumPhases; ++i) s.phases[i] = phase_times_[i].stats();
+  s.step = step_times_.stats();
+  s.epoch = epoch_times_.stats();
   if (s.step.total > 0)
     s.samples_per_second = static_cast<double>(measured_samples_) / s.step.total;
   s.peak_host_rss_bytes = peak_host_rss_bytes();

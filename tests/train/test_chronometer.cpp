@@ -159,3 +159,37 @@ TEST_CASE("Chronometer: json() is valid JSON with the statistics in seconds",
   const auto e = nlohmann::json::parse(empty.json());
   CHECK(e["step"]["count"] == 0);
 }
+
+TEST_CASE("DurationSeries: exact statistics and a bounded, aligned sample over a long run",
+          "[train][chronometer]") {
+  // 10,000 values, a permutation of 0..9999 (7919 is prime to 10,000), into a sample of 1,000.
+  DurationSeries a(1000), b(1000);
+  const int64_t n = 10000;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(i * 7919 % n);
+    a.add(v);
+    b.add(2 * v);
+  }
+  const Stats s = a.stats();
+  CHECK(s.count == n);
+  CHECK(s.min == 0);
+  CHECK(s.max == n - 1);
+  CHECK(s.total == Approx(n * (n - 1) / 2.0).epsilon(1e-12));
+  CHECK(s.mean == Approx((n - 1) / 2.0).epsilon(1e-12));
+  CHECK(s.std == Approx(std::sqrt((static_cast<double>(n) * n - 1) / 12.0)).epsilon(1e-12));
+  REQUIRE(a.sample().size() == 1000);  // bounded
+  // The sample's median estimates the true one (4999.5): the rank of a sample median of k = 1,000
+  // from n values has a standard deviation of about n * 0.5 / sqrt(k) = 158; 5 of them allowed.
+  CHECK(std::abs(s.median - 4999.5) < 5 * 158.0);
+  // Fed at the same steps, two series replace the same slots: their samples stay aligned.
+  REQUIRE(b.sample().size() == a.sample().size());
+  for (size_t k = 0; k < a.sample().size(); ++k) CHECK(b.sample()[k] == 2 * a.sample()[k]);
+  // Below the capacity every value is kept and the median is exact.
+  DurationSeries small(1000);
+  for (double v : {5.0, 1.0, 3.0}) small.add(v);
+  CHECK(small.sample().size() == 3);
+  CHECK(small.stats().median == 3.0);
+  small.clear();
+  CHECK(small.count() == 0);
+  CHECK(small.stats().count == 0);
+}

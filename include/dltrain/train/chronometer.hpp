@@ -37,6 +37,33 @@ struct Stats {
 /// / total of `values`.
 Stats compute_stats(std::vector<double> values);
 
+/// Durations kept in bounded memory, however long the run: count, min, max, total, mean and
+/// std over every value (streaming, Welford's update), and a sample for the median: every value
+/// up to `capacity`, then a uniform sample of that size (reservoir sampling, Vitter's algorithm
+/// R, from a fixed seed). Two series that receive values at the same steps make the same
+/// replacements, so their samples stay aligned step by step.
+class DurationSeries {
+ public:
+  static constexpr size_t kDefaultCapacity = 4096;
+  explicit DurationSeries(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
+  void add(double v);
+  void clear();
+  /// The kept values: all of them while count <= capacity, a uniform sample after.
+  const std::vector<double>& sample() const { return sample_; }
+  /// Values added so far.
+  int64_t count() const { return count_; }
+  /// Exact count, min, max, total, mean, std; the median is the sample's (exact while count <=
+  /// capacity).
+  Stats stats() const;
+
+ private:
+  size_t capacity_;
+  std::vector<double> sample_;
+  int64_t count_ = 0;
+  double min_ = 0, max_ = 0, total_ = 0, mean_ = 0, m2_ = 0;
+  uint64_t rng_ = 0x9E3779B97F4A7C15ull;
+};
+
 struct ChronometerOptions {
   /// The device the step runs on; a CUDA device makes the marks wait for it (see `synchronize`).
   Device device = Device::cpu();
@@ -82,12 +109,15 @@ class Chronometer {
   /// the throughput). Returns the step's duration. Throws if no step was begun.
   double end_step(int64_t samples = 0);
 
-  /// The durations of `phase` in each measured step (seconds; a step that never lapped the phase
-  /// contributes nothing).
+  /// The durations of `phase` in the measured steps (seconds; a step that never lapped the phase
+  /// contributes nothing): every step's up to DurationSeries::kDefaultCapacity steps, a uniform
+  /// sample of that many after (so memory stays bounded over any run; the statistics' count,
+  /// min, max, mean and std still cover every step). Phases lapped at every step stay aligned
+  /// with each other and with step_times().
   const std::vector<double>& phase_times(Phase phase) const;
-  /// The durations of the measured steps.
-  const std::vector<double>& step_times() const { return step_times_; }
-  const std::vector<double>& epoch_times() const { return epoch_times_; }
+  /// The durations of the measured steps (the same bounded sample).
+  const std::vector<double>& step_times() const { return step_times_.sample(); }
+  const std::vector<double>& epoch_times() const { return epoch_times_.sample(); }
 
   /// The statistics and peak memory so far (reads the memory counters now).
   ChronometerSummary summary() const;
@@ -106,10 +136,10 @@ class Chronometer {
   void mark_sync() const;
 
   ChronometerOptions options_;
-  std::array<std::vector<double>, kNumPhases> phase_times_;
+  std::array<DurationSeries, kNumPhases> phase_times_;
   std::array<double, kNumPhases> current_{};
   std::array<bool, kNumPhases> lapped_{};
-  std::vector<double> step_times_, epoch_times_;
+  DurationSeries step_times_, epoch_times_;
   int64_t steps_ = 0;
   int64_t measured_samples_ = 0;
   double step_start_ = 0, last_lap_ = 0, epoch_start_ = 0;
