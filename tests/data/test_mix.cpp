@@ -8,6 +8,7 @@
 
 #include "dltrain/data/mix.hpp"
 #include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/loss.hpp"
 #include "dltrain/ops/reduction.hpp"
 
 using namespace dltrain;
@@ -192,6 +193,21 @@ TEST_CASE("MixUp and CutMix draws: labels sum to 1, box inside, seeded", "[data]
   MixUpOrCutMix both(MixUp(4), CutMix(4), 0.5);
   const MixedBatch b = both(x, labels(), &g1);
   REQUIRE(b.labels.shape() == Shape{kN, 4});
+}
+
+// The point of soft labels: cross-entropy is linear in the target, so the loss of a MixUp
+// batch is lambda CE(logits, y) + (1 - lambda) CE(logits, roll(y)) with class indices.
+TEST_CASE("MixUp labels give the mixed class-index cross-entropy", "[data][mix]") {
+  Generator g(5);
+  const Tensor logits = randn({kN, 4}, DType::f32, &g);
+  const MixedBatch m = MixUp(4).apply(batch(), labels(), 0.3);
+  CrossEntropyOptions sum_opts;
+  sum_opts.reduction = Reduction::Sum;
+  const double soft = cross_entropy(logits, m.labels, sum_opts).item();
+  const double mixed =
+      0.3 * cross_entropy(logits, labels(), sum_opts).item() +
+      0.7 * cross_entropy(logits, from_vector<int64_t>({1, 2, 0}, {kN}), sum_opts).item();
+  REQUIRE(soft == Approx(mixed).epsilon(1e-6));
 }
 
 // Beta(a, a) has mean 1/2 and variance 1 / (4 (2a + 1)); the sample mean of n draws has
