@@ -781,7 +781,6 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   const Tensor logits = unbatched ? logits_in.unsqueeze(0) : logits_in;
   const Tensor target = unbatched ? target_in.reshape({1}) : target_in;
   const double eps = opts.label_smoothing;
-  DLTRAIN_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be in [0, 1] but is ", eps);
   if (logits.device().is_cuda() || target.device().is_cuda())
     return cross_entropy_cuda(logits_in, logits, target, opts, unbatched);
   ClassTargets ct = class_targets(op, logits, target, opts.ignore_index, opts.weight);
