@@ -1138,6 +1138,32 @@ std::vector<OpCase> build() {
         return V{g.normal({2, 3, 2, 2}), g.index({2, 2, 2}, 3)};
       },
       {0}, reduce(24, 3, 2));
+  // Class-probability ("soft") targets (issue 30): a floating target of the input's shape;
+  // both the logits and the target are differentiated.
+  auto probs = [](G& g) { return V{g.normal({4, 5}), g.uniform({4, 5}, 0.0, 0.4)}; };
+  for (const auto& rr : reductions) {
+    const Reduction r = rr.first;
+    loss2(
+        std::string("cross_entropy.soft.") + rr.second, {"cross_entropy"},
+        [r](const V& t) { return cross_entropy(t[0], t[1], {.reduction = r}); }, probs, {0, 1},
+        rounded(reduce(r == Reduction::None ? 5 : 20, 5, 2), 3));
+  }
+  loss2(
+      "cross_entropy.soft.smoothing_weight", {"cross_entropy"},
+      [](const V& t) {
+        return cross_entropy(t[0], t[1], {.label_smoothing = 0.1, .weight = t[2]});
+      },
+      [](G& g) {
+        return V{g.normal({4, 5}), g.uniform({4, 5}, 0.0, 0.4), g.uniform({5}, 0.5, 1.5)};
+      },
+      {0, 1}, rounded(reduce(20, 5, 2), 3));
+  loss2(
+      "cross_entropy.soft.spatial", {"cross_entropy"},
+      [](const V& t) { return cross_entropy(t[0], t[1]); },
+      [](G& g) {
+        return V{g.normal({2, 3, 2, 2}), g.uniform({2, 3, 2, 2}, 0.0, 0.6)};
+      },
+      {0, 1}, rounded(reduce(24, 3, 2), 3));
   loss2(
       "nll_loss.weight", {"nll_loss"},
       [](const V& t) { return nll_loss(t[0], t[1], {.weight = t[2]}); },

@@ -22,6 +22,7 @@
 #include "dltrain/data/idx.hpp"
 #include "dltrain/data/image.hpp"
 #include "dltrain/data/image_folder.hpp"
+#include "dltrain/data/mix.hpp"
 #include "dltrain/data/sampler.hpp"
 #include "dltrain/data/transforms.hpp"
 #include "dltrain/data/vision.hpp"

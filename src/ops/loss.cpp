@@ -8,6 +8,8 @@
 // smoothing + reduction) over logits [N, C, S] and targets [N, S]; it saves
 // the per-sample log-sum-exp and its backward is (softmax - target
 // distribution) scaled per sample. nll_loss is the same without the softmax.
+// cross_entropy with class probabilities (a floating target) is a second fused CPU loop
+// (cross_entropy_soft) and a composite of ops on CUDA.
 // Losses accumulate in double; mean reductions divide by the summed class
 // weight of non-ignored targets (PyTorch semantics). dropout draws its mask
 // from a counter-based Generator, so a seed fixes the mask.
@@ -267,8 +269,7 @@ ClassTargets check_class_args(const char* op, const Tensor& input, const Tensor&
                 input.dtype(), "; convert them with .to(DType::f32)");
   DLTRAIN_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
                 ": target must hold class indices of dtype int64 (or int32) but has dtype ",
-                target.dtype(),
-                "; convert it with .to(DType::i64) (class-probability targets are not supported)");
+                target.dtype(), "; convert it with .to(DType::i64)");
   DLTRAIN_CHECK(input.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, d...] but got ",
                 shape_str(input.shape()));
   bool ok = target.dim() == input.dim() - 1 && target.size(0) == input.size(0);
@@ -467,6 +468,170 @@ std::vector<double> sample_grads(const Tensor& g, size_t n, Reduction red, doubl
   return std::vector<double>(n, v);
 }
 
+// --- class-probability ("soft") targets -------------------------------------------------
+
+// The soft-target cross-entropy written with differentiable ops (any device): per sample
+// -sum_c w_c t'_c lp_c with t' = (1 - eps) t + eps/C, reduced; Mean divides by the number of
+// samples N * d... (PyTorch: input.numel() / C), never by the weights. Class dim 1 (the
+// unbatched form is unsqueezed by the caller). The CUDA path and the create_graph reference.
+Tensor soft_ce_reference(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                         double eps, Reduction red, const Shape& out_shape) {
+  const int64_t C = logits.size(1);
+  const DType dt = logits.dtype();
+  if (dt == DType::f16 || dt == DType::bf16)  // computed in f32, rounded once (as on the CPU)
+    return soft_ce_reference(logits.to(DType::f32), target, weight, eps, red, out_shape).to(dt);
+  Shape cshape(static_cast<size_t>(logits.dim()), 1);
+  cshape[1] = C;
+  const Tensor lp = log_softmax(logits, 1);
+  Tensor a = target.dtype() == dt ? target : target.to(dt);
+  if (eps > 0.0) a = add(mul(a, 1.0 - eps), eps / static_cast<double>(C));
+  if (weight.defined()) a = mul(a, weight.detach().to(dt).reshape(cshape));
+  const Tensor per = neg(sum(mul(a, lp), {1}));
+  switch (red) {
+    case Reduction::None:
+      return per.reshape(out_shape);
+    case Reduction::Sum:
+      return sum(per);
+    case Reduction::Mean:
+      break;
+  }
+  return div(sum(per), static_cast<double>(per.numel()));
+}
+
+// cross_entropy with a floating target of the input's shape (PyTorch >= 1.10). On the CPU one
+// fused pass per sample saves the log-sum-exp and sum_c w_c t'_c; the backward is
+//   d/dx_c = g (p_c sum_k w_k t'_k - w_c t'_c),   d/dt_c = -g (1 - eps) w_c lp_c
+// (g the per-sample upstream gradient, divided by N * d... for Mean).
+Tensor cross_entropy_soft(const Tensor& logits_in, const Tensor& target_in,
+                          const CrossEntropyOptions& opts) {
+  const char* op = "cross_entropy";
+  detail::check_same_device(op, {&logits_in, &target_in, &opts.weight});
+  DLTRAIN_CHECK(is_floating(logits_in.dtype()), op,
+                ": expected floating-point scores but got dtype ", logits_in.dtype(),
+                "; convert them with .to(DType::f32)");
+  DLTRAIN_CHECK(logits_in.dim() >= 1, op,
+                ": expected input of shape [C], [N, C] or [N, C, d...] but got a 0-d tensor");
+  DLTRAIN_CHECK(target_in.shape() == logits_in.shape(), op, ": a floating-point target holds ",
+                "class probabilities and must have the input's shape, but the target is ",
+                shape_str(target_in.shape()), " and the input ", shape_str(logits_in.shape()),
+                "; for class indices pass an int64 target of shape [N, d...] (.to(DType::i64))");
+  // PyTorch refuses a class ignore_index (>= 0) with probabilities; the default -100 is fine.
+  DLTRAIN_CHECK(opts.ignore_index < 0, op, ": ignore_index (", opts.ignore_index,
+                ") does not apply to class-probability targets; leave it at its default (-100)");
+  const bool unbatched = logits_in.dim() == 1;
+  const Tensor logits = unbatched ? logits_in.unsqueeze(0) : logits_in;
+  const Tensor target = unbatched ? target_in.unsqueeze(0) : target_in;
+  const int64_t N = logits.size(0), C = logits.size(1);
+  int64_t S = 1;
+  for (int64_t d = 2; d < logits.dim(); ++d) S *= logits.size(d);
+  if (opts.weight.defined()) {
+    DLTRAIN_CHECK(is_floating(opts.weight.dtype()), op,
+                  ": class weight must be floating-point but has dtype ", opts.weight.dtype());
+    DLTRAIN_CHECK(opts.weight.dim() == 1 && opts.weight.size(0) == C, op,
+                  ": class weight has shape ", shape_str(opts.weight.shape()),
+                  " but the input has ", C, " classes; pass a weight of shape [", C, "]");
+  }
+  const double eps = opts.label_smoothing;
+  const Reduction red = opts.reduction;
+  Shape out_shape;
+  if (red == Reduction::None && !unbatched) {
+    out_shape.push_back(N);
+    for (int64_t d = 2; d < logits.dim(); ++d) out_shape.push_back(logits.size(d));
+  }
+  if (logits.device().is_cuda()) {
+    // Composite of CUDA ops (log_softmax is a fused kernel); differentiable to every order.
+    const Tensor out = soft_ce_reference(logits, target, opts.weight, eps, red, out_shape);
+    return unbatched && red == Reduction::None ? out.reshape({}) : out;
+  }
+  const int64_t n = N * S;
+  const std::vector<double> w = opts.weight.defined()
+                                    ? opts.weight.detach().to_vector<double>()
+                                    : std::vector<double>(static_cast<size_t>(C), 1.0);
+  const DType dt = logits.dtype();
+  Tensor xc = logits.detach().contiguous();
+  Tensor tc = (target.dtype() == dt ? target.detach() : target.detach().to(dt)).contiguous();
+  auto lse = std::make_shared<std::vector<double>>(static_cast<size_t>(n));
+  auto asum = std::make_shared<std::vector<double>>(static_cast<size_t>(n));
+  std::vector<double> losses(static_cast<size_t>(n), 0.0);
+  const Lines s{N, C, S};
+  const double es = eps / static_cast<double>(C);
+  dispatch_floating(dt, op, [&]<class T>() {
+    const T* xp = xc.data<T>();
+    const T* tp = tc.data<T>();
+    for_line_blocks(s, [&](int64_t base, int64_t nc) {
+      const int64_t nn = base / (C * S), j0 = base % (C * S);
+      for (int64_t j = 0; j < nc; ++j) {
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, (cast<double>(xp[base + c * S + j])));
+        double se = 0;
+        for (int64_t c = 0; c < C; ++c) se += std::exp((cast<double>(xp[base + c * S + j])) - mx);
+        const double l = mx + std::log(se);
+        double loss = 0, as = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t k = base + c * S + j;
+          const double a = w[c] * ((1.0 - eps) * (cast<double>(tp[k])) + es);
+          as += a;
+          loss += a * (l - (cast<double>(xp[k])));
+        }
+        const int64_t i = nn * S + j0 + j;
+        (*lse)[i] = l;
+        (*asum)[i] = as;
+        losses[i] = loss;
+      }
+    });
+  });
+  Tensor out = reduce_losses(losses, out_shape, red, static_cast<double>(n), dt);
+  autograd::record(
+      op, {logits_in, target_in}, {out},
+      [xc, tc, lse, asum, w, eps, s, red, n, in_shape = logits_in.shape(),
+       t_dtype = target_in.dtype(), li = logits_in, ti = target_in, weight = opts.weight,
+       rx = logits_in.requires_grad(), rt = target_in.requires_grad(),
+       out_shape](const std::vector<Tensor>& g) {
+        if (autograd::grad_mode_enabled())
+          return autograd::grad_by_recompute(
+              [=](const std::vector<Tensor>& in) {
+                const bool ub = in[0].dim() == 1;
+                const Tensor x = ub ? in[0].unsqueeze(0) : in[0];
+                const Tensor t = ub ? in[1].unsqueeze(0) : in[1];
+                const Tensor o = soft_ce_reference(x, t, weight, eps, red, out_shape);
+                return std::vector<Tensor>{ub && red == Reduction::None ? o.reshape({}) : o};
+              },
+              {li, ti}, g);
+        const int64_t C = s.L, S = s.inner;
+        const std::vector<double> gs =
+            sample_grads(g[0], static_cast<size_t>(n), red, static_cast<double>(n));
+        Tensor dx = rx ? empty(xc.shape(), xc.options()) : Tensor();
+        Tensor dt = rt ? empty(tc.shape(), tc.options()) : Tensor();
+        dispatch_floating(xc.dtype(), "cross_entropy_backward", [&]<class T>() {
+          const T* xp = xc.data<T>();
+          const T* tp = tc.data<T>();
+          T* dxp = rx ? dx.data<T>() : nullptr;
+          T* dtp = rt ? dt.data<T>() : nullptr;
+          const double es = eps / static_cast<double>(C);
+          for_line_blocks(s, [&](int64_t base, int64_t nc) {
+            const int64_t nn = base / (C * S), j0 = base % (C * S);
+            for (int64_t j = 0; j < nc; ++j) {
+              const int64_t i = nn * S + j0 + j;
+              const double gi = gs[i], l = (*lse)[i], as = (*asum)[i];
+              for (int64_t c = 0; c < C; ++c) {
+                const int64_t k = base + c * S + j;
+                const double lp = (cast<double>(xp[k])) - l;
+                if (dxp) {
+                  const double a = w[c] * ((1.0 - eps) * (cast<double>(tp[k])) + es);
+                  dxp[k] = cast<T>(gi * (std::exp(lp) * as - a));
+                }
+                if (dtp) dtp[k] = cast<T>(-gi * (1.0 - eps) * w[c] * lp);
+              }
+            }
+          });
+        });
+        return std::vector<Tensor>{rx ? dx.reshape(in_shape) : Tensor(),
+                                   rt ? dt.reshape(in_shape).to(t_dtype) : Tensor()};
+      },
+      autograd::HigherOrder::Supported);
+  return out;
+}
+
 // Softplus of -x, stable: log1p(exp(-|x|)) + max(-x, 0).
 template <class A>
 inline A softplus_neg(A x) {
@@ -603,12 +768,19 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in,
   detail::check_defined(op, logits_in, "input");
   detail::check_defined(op, target_in, "target");
   check_class_weight_no_grad(op, opts.weight);
+  DLTRAIN_CHECK(opts.label_smoothing >= 0.0 && opts.label_smoothing <= 1.0, op,
+                ": label_smoothing must be in [0, 1] but is ", opts.label_smoothing);
+  // A floating target holds class probabilities (PyTorch >= 1.10), an integer one indices.
+  if (is_floating(target_in.dtype())) return cross_entropy_soft(logits_in, target_in, opts);
+  DLTRAIN_CHECK(!(target_in.shape() == logits_in.shape() && logits_in.dim() >= 2), op,
+                ": the target has the input's shape ", shape_str(logits_in.shape()),
+                ", which means class probabilities, but its dtype is ", target_in.dtype(),
+                "; convert it with .to(DType::f32), or pass class indices of shape [N, d...]");
   // Unbatched form: logits [C] with a 0-d target.
   const bool unbatched = logits_in.dim() == 1 && target_in.dim() == 0;
   const Tensor logits = unbatched ? logits_in.unsqueeze(0) : logits_in;
   const Tensor target = unbatched ? target_in.reshape({1}) : target_in;
   const double eps = opts.label_smoothing;
-  DLTRAIN_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be in [0, 1] but is ", eps);
   if (logits.device().is_cuda() || target.device().is_cuda())
     return cross_entropy_cuda(logits_in, logits, target, opts, unbatched);
   ClassTargets ct = class_targets(op, logits, target, opts.ignore_index, opts.weight);

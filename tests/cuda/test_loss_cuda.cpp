@@ -178,6 +178,42 @@ TEST_CASE("cross_entropy on CUDA: unbatched input, int32 targets, all targets ig
                 tol_for(DType::f32), "all ignored");
 }
 
+TEST_CASE("cross_entropy with class probabilities on CUDA matches the CPU", "[cuda][gpu]") {
+  // The CUDA path is a composite of CUDA ops (log_softmax's fused kernel, elementwise, sum),
+  // the CPU one a fused loop: both gradients (logits and target) must agree.
+  const std::vector<Shape> shapes = {{37, 11}, {8, 2000}, {3, 5, 4, 6}, {9}};
+  for (DType dt : kFloat) {
+    for (const Shape& shape : shapes) {
+      const int64_t C = shape.size() == 1 ? shape[0] : shape[1];
+      for (Reduction red : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
+        for (bool smooth_weight : {false, true}) {
+          std::ostringstream what;
+          what << dt << " " << shape_str(shape) << " reduction " << static_cast<int>(red)
+               << " smoothing+weight " << smooth_weight;
+          Pair x = leaf_pair((randn(shape, DType::f64) * 2.0).to(dt));
+          Pair t = leaf_pair(softmax(randn(shape, DType::f64), shape.size() == 1 ? 0 : 1).to(dt));
+          Tensor w = uniform({C}, 0.5, 1.5, DType::f32);
+          CrossEntropyOptions oc{.reduction = red,
+                                 .label_smoothing = smooth_weight ? 0.1 : 0.0,
+                                 .weight = smooth_weight ? w : Tensor()};
+          CrossEntropyOptions og = oc;
+          if (smooth_weight) og.weight = w.to(kDev);
+          Tensor lc = cross_entropy(x.cpu, t.cpu, oc);
+          Tensor lg = cross_entropy(x.gpu, t.gpu, og);
+          REQUIRE(lg.device() == kDev);
+          REQUIRE(lg.shape() == lc.shape());
+          require_close(lg, lc, tol_for(dt), what.str() + " loss");
+          Tensor gy = randn(lc.shape(), DType::f64).to(dt);
+          lc.backward(gy);
+          lg.backward(gy.to(kDev));
+          require_close(x.gpu.grad(), x.cpu.grad(), tol_for(dt), what.str() + " grad logits");
+          require_close(t.gpu.grad(), t.cpu.grad(), tol_for(dt), what.str() + " grad target");
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("nll_loss on CUDA matches the CPU", "[cuda][gpu]") {
   for (DType dt : kFloat) {
     for (const Shape& shape : {Shape{20, 6}, Shape{2, 6, 3, 5}}) {

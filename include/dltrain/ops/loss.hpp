@@ -30,9 +30,17 @@ struct CrossEntropyOptions {
   Tensor weight = Tensor();
 };
 
-/// Cross-entropy of logits [N, C] (or [N, C, d...]) against int64 class indices [N] (or
-/// [N, d...]), with PyTorch's semantics for ignore_index, label smoothing, class weights
-/// and the mean reduction (divides by the summed weight of non-ignored targets).
+/// Cross-entropy of logits [N, C] (or [N, C, d...], or unbatched [C]) with PyTorch's
+/// semantics. The target's dtype chooses the form:
+///  - int64 (or int32) class indices [N] (or [N, d...], or 0-d): ignore_index, label
+///    smoothing, class weights; the mean divides by the summed weight of non-ignored targets.
+///  - floating class probabilities of the input's shape ("soft" targets, PyTorch >= 1.10;
+///    MixUp/CutMix labels, distillation): per sample -sum_c w_c t'_c log_softmax(x)_c with
+///    t' = (1 - label_smoothing) t + label_smoothing / C; the mean divides by the number of
+///    samples (N d...), not by the weights. ignore_index does not apply: a class index (>= 0)
+///    is refused, the default -100 accepted. The probabilities are not checked (negative or
+///    unnormalised values follow the formula, as in PyTorch). The target may require grad.
+/// An integer target of the input's shape is refused (convert it with .to(DType::f32)).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& opts = {});
 
