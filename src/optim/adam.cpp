@@ -103,15 +103,6 @@ void adam_kernel(P* p, const P* g, T* m, T* v, T* vmax, int64_t n, const AdamCoe
   });
 }
 
-template <class F>
-void with_flag(bool b, F&& f) {
-  if (b) {
-    f(std::true_type{});
-  } else {
-    f(std::false_type{});
-  }
-}
-
 }  // namespace
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
@@ -201,9 +192,9 @@ void Adam::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
   dispatch_floating(param.dtype(), "Adam::step", [&]<class P>() {
     using T = acc_t<P>;
     T* vmax = amsgrad ? s.max_exp_avg_sq.data<T>() : nullptr;
-    with_flag(decoupled_, [&](auto decoupled) {
-      with_flag(wd != 0.0, [&](auto decay) {
-        with_flag(amsgrad, [&](auto ams) {
+    detail::with_flag(decoupled_, [&](auto decoupled) {
+      detail::with_flag(wd != 0.0, [&](auto decay) {
+        detail::with_flag(amsgrad, [&](auto ams) {
           adam_kernel<P, T, decltype(decoupled)::value, decltype(decay)::value,
                       decltype(ams)::value>(param.data<P>(), grad.data<P>(), s.exp_avg.data<T>(),
                                             s.exp_avg_sq.data<T>(), vmax, n, c);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dltrain/core/error.hpp"
@@ -31,6 +32,17 @@ namespace dltrain::optim::detail {
 constexpr int64_t kGrain = int64_t{1} << 15;
 
 using dltrain::detail::is_dense;
+
+/// Calls `f(std::true_type{})` or `f(std::false_type{})`: a run-time flag made a compile-time
+/// one, so the fused loops carry no per-element branch on it.
+template <class F>
+void with_flag(bool b, F&& f) {
+  if (b) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
 
 /// True when a and b have one shape and equal strides on every dim of size > 1, so the
 /// same memory offset addresses the same logical element in both.

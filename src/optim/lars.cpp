@@ -57,15 +57,6 @@ void lars_kernel(P* p, const P* g, T* buf, int64_t n, T local_lr, T wd, T moment
   });
 }
 
-template <class F>
-void with_flag(bool b, F&& f) {
-  if (b) {
-    f(std::true_type{});
-  } else {
-    f(std::false_type{});
-  }
-}
-
 }  // namespace
 
 LARS::LARS(std::vector<Tensor> params, const LARSOptions& options)
@@ -132,8 +123,8 @@ void LARS::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
     T* b = momentum != 0.0 ? buf.data<T>() : nullptr;
     const T local_lr = static_cast<T>(*group.lr * ratio), wdt = static_cast<T>(wd),
             mom = static_cast<T>(momentum);
-    with_flag(wd != 0.0, [&](auto decay) {
-      with_flag(momentum != 0.0, [&](auto use_mom) {
+    detail::with_flag(wd != 0.0, [&](auto decay) {
+      detail::with_flag(momentum != 0.0, [&](auto use_mom) {
         lars_kernel<P, T, decltype(decay)::value, decltype(use_mom)::value>(p, g, b, n, local_lr,
                                                                             wdt, mom);
       });

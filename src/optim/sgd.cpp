@@ -52,15 +52,6 @@ void sgd_kernel(P* p, const P* g, T* buf, int64_t n, T lr, T wd, T momentum, T o
   });
 }
 
-template <class F>
-void with_flag(bool b, F&& f) {
-  if (b) {
-    f(std::true_type{});
-  } else {
-    f(std::false_type{});
-  }
-}
-
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options) : Optimizer(sgd_defaults(options)) {
@@ -123,10 +114,10 @@ void SGD::update(const ParamGroup& group, int64_t i, Tensor& param, const Tensor
     const T lr = static_cast<T>(*group.lr), wd = static_cast<T>(*group.weight_decay),
             mom = static_cast<T>(momentum), one_minus_damp = static_cast<T>(1.0 - *group.dampening),
             sign = *group.maximize ? T(-1) : T(1);
-    with_flag(*group.weight_decay != 0.0, [&](auto decay) {
-      with_flag(momentum != 0.0, [&](auto use_mom) {
-        with_flag(first, [&](auto is_first) {
-          with_flag(*group.nesterov, [&](auto nesterov) {
+    detail::with_flag(*group.weight_decay != 0.0, [&](auto decay) {
+      detail::with_flag(momentum != 0.0, [&](auto use_mom) {
+        detail::with_flag(first, [&](auto is_first) {
+          detail::with_flag(*group.nesterov, [&](auto nesterov) {
             sgd_kernel<P, T, decltype(decay)::value, decltype(use_mom)::value,
                        decltype(is_first)::value, decltype(nesterov)::value>(
                 p, g, b, n, lr, wd, mom, one_minus_damp, sign);
