@@ -110,7 +110,9 @@ void LAMB::update(const ParamGroup& group, int64_t i, Tensor& param, const Tenso
     detail::match_param(s.exp_avg_sq, param);
   }
   s.step += 1;
-  const auto [beta1, beta2] = *group.betas;
+  // Plain variables, not a structured binding: the kernels' lambdas capture them (clang before
+  // 16 cannot capture a structured binding).
+  const double beta1 = (*group.betas)[0], beta2 = (*group.betas)[1];
   if (param.device().is_cuda()) {
     detail::CudaBatch& batch = detail::cuda_batch();
     batch.lamb_hyper = backend::cuda::LambHyper{.lr = *group.lr,
