@@ -6,9 +6,9 @@ as this machine allows.
 - Spack: package.py is loaded with a stand-in for `spack.package` that records the directives;
   every variant named in cmake_args exists, cmake_args runs for a CPU and a CUDA spec, the CUDA
   architectures come out as SASS for each and PTX for the newest, and every -D it passes is a
-  cache variable of CMakeLists.txt.
+  cache variable of the build.
 - Apptainer: the header (Bootstrap, From), known sections only, and every -D of its cmake line
-  is a cache variable of CMakeLists.txt.
+  is a cache variable of the build.
 - Lmod: `luac -p` (Debian's lua5.4) when present, else a visible skip of that part; the paths
   it prepends are the install layout's.
 Usage: check_recipes.py REPO_ROOT
@@ -30,10 +30,13 @@ def check(cond, msg):
         failures.append(msg)
 
 
-cmake_text = (root / "CMakeLists.txt").read_text()
+# The cache variables live in the root CMakeLists.txt and the modules it includes (cmake/*.cmake:
+# DltrainOptions.cmake holds the options).
+cmake_text = "\n".join(
+    f.read_text() for f in [root / "CMakeLists.txt", *sorted((root / "cmake").glob("*.cmake"))])
 cache_vars = set(re.findall(r"option\((DLTRAIN_\w+)", cmake_text))
 cache_vars |= set(re.findall(r"set\((DLTRAIN_\w+)\s[^)]*CACHE", cmake_text))
-check("DLTRAIN_CUDA_ARCHITECTURES" in cache_vars, "CMakeLists.txt lost DLTRAIN_CUDA_ARCHITECTURES")
+check("DLTRAIN_CUDA_ARCHITECTURES" in cache_vars, "the build lost DLTRAIN_CUDA_ARCHITECTURES")
 
 # --- Spack ------------------------------------------------------------------------------------
 directives = {"variant": [], "depends_on": [], "conflicts": [], "version": []}
@@ -109,7 +112,7 @@ for flags, archs, want in [
     args = p.cmake_args()
     for a in args:
         name = a[2:].split("=", 1)[0]
-        check(name in cache_vars, f"spack: -D{name} is not a cache variable of CMakeLists.txt")
+        check(name in cache_vars, f"spack: -D{name} is not a cache variable of the build")
     got = [a.split("=", 1)[1] for a in args if a.startswith("-DDLTRAIN_CUDA_ARCHITECTURES=")]
     check((got[0] if got else None) == want, f"spack: CUDA architectures {got} for {archs}, want {want}")
     check(f"-DDLTRAIN_CUDA={'ON' if '+cuda' in flags else 'OFF'}" in args, "spack: DLTRAIN_CUDA")
@@ -124,7 +127,7 @@ known = {"%labels", "%help", "%files", "%post", "%environment", "%runscript", "%
 for sec in re.findall(r"^(%\w+)", deff, re.M):
     check(sec in known, f"apptainer: unknown section {sec}")
 for name in re.findall(r"-D(DLTRAIN_\w+)=", deff):
-    check(name in cache_vars, f"apptainer: -D{name} is not a cache variable of CMakeLists.txt")
+    check(name in cache_vars, f"apptainer: -D{name} is not a cache variable of the build")
 
 # --- Lmod ------------------------------------------------------------------------------------
 lua = root / "packaging/lmod/dltrain.lua"

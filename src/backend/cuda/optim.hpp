@@ -1,6 +1,6 @@
 // CUDA entry points of the optimizer family: fused multi-tensor SGD, Adam/AdamW, LARS and LAMB
 // updates, and the gradient-clipping passes (internal header, no CUDA types; kernels in
-// kernels/optim.cu, stubs in stub_optim.cpp). Callers (src/optim) check dtypes, devices and
+// kernels/optim.cu, refusals from entry.hpp). Callers (src/optim) check dtypes, devices and
 // layouts: every tensor of one call is on one CUDA device and dense (its elements fill
 // [data_ptr, data_ptr + numel) exactly), and a parameter's gradient and state share its
 // layout, so one flat index addresses the same element in all of them. Updates are launched
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dltrain/core/tensor.hpp"
+#include "src/backend/cuda/entry.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -30,7 +31,8 @@ struct SgdTensors {
 };
 
 /// p -= lr * d with PyTorch's SGD for every tensor (same dtype, f32 or f64, one device).
-void sgd_step(const SgdHyper& h, const std::vector<SgdTensors>& ts);
+DLTRAIN_CUDA_ENTRY(void, sgd_step, (const SgdHyper& h, const std::vector<SgdTensors>& ts),
+                   "stepping SGD on CUDA parameters");
 
 /// Adam hyper-parameters of one param group (see dltrain/optim/adam.hpp).
 struct AdamHyper {
@@ -46,7 +48,8 @@ struct AdamTensors {
 };
 
 /// Adam / AdamW update of every tensor (same dtype, f32 or f64, one device).
-void adam_step(const AdamHyper& h, const std::vector<AdamTensors>& ts);
+DLTRAIN_CUDA_ENTRY(void, adam_step, (const AdamHyper& h, const std::vector<AdamTensors>& ts),
+                   "stepping Adam on CUDA parameters");
 
 /// LARS hyper-parameters of one param group (see dltrain/optim/lars.hpp).
 struct LarsHyper {
@@ -63,7 +66,8 @@ struct LarsTensors {
 /// LARS update of every tensor (same dtype, one device): per-tensor norms (one multi-tensor
 /// pass writing per-chunk partial sums to the device), then the update, whose blocks read
 /// their tensor's partials; no host synchronisation.
-void lars_step(const LarsHyper& h, const std::vector<LarsTensors>& ts);
+DLTRAIN_CUDA_ENTRY(void, lars_step, (const LarsHyper& h, const std::vector<LarsTensors>& ts),
+                   "stepping LARS on CUDA parameters");
 
 /// LAMB hyper-parameters of one param group (see dltrain/optim/lamb.hpp).
 struct LambHyper {
@@ -80,18 +84,23 @@ struct LambTensors {
 
 /// LAMB update of every tensor (same dtype, one device): moments and per-chunk partial norms
 /// of w and of the update in one pass, then the parameter update.
-void lamb_step(const LambHyper& h, const std::vector<LambTensors>& ts);
+DLTRAIN_CUDA_ENTRY(void, lamb_step, (const LambHyper& h, const std::vector<LambTensors>& ts),
+                   "stepping LAMB on CUDA parameters");
 
 /// The norm_type-norm of all `grads` together (dense, any floating dtypes, one device),
 /// accumulated in double in a fixed order. Writes it to `norm` (0-d f64) and the clipping
 /// coefficient min(max_norm / (norm + 1e-6), 1) (NaN when the norm is NaN) to `coef` (0-d
 /// f64), both on the device.
-void grad_norm(const Tensor& norm, const Tensor& coef, const std::vector<Tensor>& grads,
-               double norm_type, double max_norm);
+DLTRAIN_CUDA_ENTRY(void, grad_norm,
+                   (const Tensor& norm, const Tensor& coef, const std::vector<Tensor>& grads,
+                    double norm_type, double max_norm),
+                   "clip_grad_norm_ on CUDA gradients");
 /// g *= coef for every gradient (any floating dtype and strides; coef a 0-d f64 on the
 /// device, converted to each gradient's dtype first, as mul_ does).
-void scale_grads(const std::vector<Tensor>& grads, const Tensor& coef);
+DLTRAIN_CUDA_ENTRY(void, scale_grads, (const std::vector<Tensor>& grads, const Tensor& coef),
+                   "clip_grad_norm_ on CUDA gradients");
 /// Clamps every gradient element into [lo, hi] (any floating dtype and strides).
-void clamp_grads(const std::vector<Tensor>& grads, double lo, double hi);
+DLTRAIN_CUDA_ENTRY(void, clamp_grads, (const std::vector<Tensor>& grads, double lo, double hi),
+                   "clip_grad_value_ on CUDA gradients");
 
 }  // namespace dltrain::backend::cuda

@@ -1,5 +1,5 @@
 // CUDA entry points of interpolate and of reflect/replicate pad (internal header, no CUDA types;
-// kernels in kernels/resample.cu, stubs in stub_resample.cpp). The caller (src/ops/resample.cpp)
+// kernels in kernels/resample.cu, refusals from entry.hpp). The caller (src/ops/resample.cpp)
 // checks arguments and allocates; taps and weights come from src/ops/resample_index.hpp, computed
 // in the kernels (no tables, no copies, no host synchronisation).
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dltrain/core/tensor.hpp"
+#include "src/backend/cuda/entry.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -19,11 +20,15 @@ struct Upsample2d {
 };
 
 /// y = interpolate(x): x any strides, y dense NCHW or channels-last, one floating dtype.
-void upsample2d_forward(const Tensor& y, const Tensor& x, const Upsample2d& p);
+DLTRAIN_CUDA_ENTRY(void, upsample2d_forward,
+                   (const Tensor& y, const Tensor& x, const Upsample2d& p),
+                   "interpolate on a CUDA device");
 /// acc += the adjoint of interpolate applied to gy: acc is the f32 (f64 for f64 gy) gradient
 /// accumulator [N, C, H, W], dense NCHW or channels-last and zero-filled by the caller; gy any
 /// strides. Atomic adds: the summation order, so the last bits, may vary between runs.
-void upsample2d_backward(const Tensor& acc, const Tensor& gy, const Upsample2d& p);
+DLTRAIN_CUDA_ENTRY(void, upsample2d_backward,
+                   (const Tensor& acc, const Tensor& gy, const Upsample2d& p),
+                   "interpolate's backward on a CUDA device");
 
 /// Reflect or replicate padding of the last two dims: [N, C, H, W] -> [N, C, Ho, Wo], `top`
 /// rows and `left` columns in front (src/ops/resample_index.hpp's pad_index).
@@ -32,8 +37,10 @@ struct Pad2d {
   bool reflect;
 };
 /// y = pad(x): x any strides, y dense NCHW or channels-last, one dtype (any floating).
-void pad2d_forward(const Tensor& y, const Tensor& x, const Pad2d& p);
+DLTRAIN_CUDA_ENTRY(void, pad2d_forward, (const Tensor& y, const Tensor& x, const Pad2d& p),
+                   "reflect/replicate pad on a CUDA device");
 /// acc += the adjoint of pad applied to gy (acc and gy as for upsample2d_backward).
-void pad2d_backward(const Tensor& acc, const Tensor& gy, const Pad2d& p);
+DLTRAIN_CUDA_ENTRY(void, pad2d_backward, (const Tensor& acc, const Tensor& gy, const Pad2d& p),
+                   "reflect/replicate pad's backward on a CUDA device");
 
 }  // namespace dltrain::backend::cuda

@@ -1,9 +1,11 @@
 // The CUDA side of op tracing (internal header, no CUDA types): NVTX ranges so Nsight Systems
 // shows op names, and CUDA events around each traced scope so train::Profiler can report GPU
-// time per op. Implemented in trace.cpp on CUDA builds; stub_trace.cpp makes every call a no-op
+// time per op. Implemented in trace.cpp on CUDA builds; a CUDA-less build makes every call a no-op
 // (usable() false) without CUDA. Marks are pooled events, recorded on the calling thread's
 // current stream of the current device.
 #pragma once
+
+#include "src/backend/cuda/entry.hpp"
 
 namespace dltrain::backend::cuda::trace {
 
@@ -11,18 +13,18 @@ namespace dltrain::backend::cuda::trace {
 using Mark = void*;
 
 /// True when this build has CUDA and a device is visible: the other calls do something.
-bool usable();
+DLTRAIN_CUDA_ANSWER(bool, usable, (), false);
 /// The current device (0 when none).
-int current_device();
+DLTRAIN_CUDA_ANSWER(int, current_device, (), 0);
 /// Pushes / pops an NVTX range on this thread.
-void range_push(const char* name);
-void range_pop();
+DLTRAIN_CUDA_ANSWER(void, range_push, (const char* name));
+DLTRAIN_CUDA_ANSWER(void, range_pop, ());
 /// Records a pooled event on the current stream of the current device.
-Mark mark();
+DLTRAIN_CUDA_ANSWER(Mark, mark, (), nullptr);
 /// GPU milliseconds from `from` to `to`, waiting for `to`; negative when they cannot be
 /// compared (recorded on different devices, or an error).
-double elapsed_ms(Mark from, Mark to);
+DLTRAIN_CUDA_ANSWER(double, elapsed_ms, (Mark from, Mark to), -1);
 /// Returns a mark's event to the pool.
-void recycle(Mark m);
+DLTRAIN_CUDA_ANSWER(void, recycle, (Mark m));
 
 }  // namespace dltrain::backend::cuda::trace

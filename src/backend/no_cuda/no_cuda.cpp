@@ -1,10 +1,39 @@
-// The CUDA runtime of a build without CUDA: zero devices, queries that answer 0, and a
-// clear error for anything that would need a device. The op families have their own
-// stub_*.cpp beside this file.
+// The CUDA backend of a build without CUDA: the one file such a build compiles in place of
+// src/backend/cuda/*.cpp and kernels/*.cu (CMake's choice, src/backend/CMakeLists.txt).
+//
+// Its internal entry points are not written here: every backend header declares them through
+// DLTRAIN_CUDA_ENTRY / DLTRAIN_CUDA_ANSWER (src/backend/cuda/entry.hpp), and with
+// DLTRAIN_CUDA_DEFINE_REFUSALS defined before they are included, each declaration expands to
+// its CUDA-less definition: raise "built without CUDA" naming what was asked, or answer (no
+// device, no memory in use, tracing off). A new entry point in a backend header is thereby
+// defined here too; a missing include below fails to link, never at run time.
+//
+// What is written by hand is the public API of dltrain/backend/cuda.hpp (streams, events,
+// device queries), whose CUDA build lives in src/backend/cuda/runtime.cpp.
+#define DLTRAIN_CUDA_DEFINE_REFUSALS 1
+
+#if defined(__GNUC__)
+// The generated refusals name their parameters (they are the declarations) and use few.
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#endif
+
+#include "src/backend/cuda/amp.hpp"
+#include "src/backend/cuda/blas.hpp"
+#include "src/backend/cuda/cuda_backend.hpp"
+#include "src/backend/cuda/dnn.hpp"
+#include "src/backend/cuda/elementwise.hpp"
+#include "src/backend/cuda/image.hpp"
+#include "src/backend/cuda/indexing.hpp"
+#include "src/backend/cuda/loss.hpp"
+#include "src/backend/cuda/optim.hpp"
+#include "src/backend/cuda/random.hpp"
+#include "src/backend/cuda/reduce.hpp"
+#include "src/backend/cuda/resample.hpp"
+#include "src/backend/cuda/scan.hpp"
+#include "src/backend/cuda/trace.hpp"
 
 #include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/error.hpp"
-#include "src/backend/cuda/cuda_backend.hpp"
 
 namespace dltrain::backend::cuda {
 
@@ -14,20 +43,9 @@ namespace dltrain::backend::cuda {
                "-DDLTRAIN_CUDA=ON on a machine with the CUDA toolkit");
 }
 
-bool compiled() { return false; }
-int device_count() { return 0; }
-std::shared_ptr<void> allocate(size_t, Device) { unavailable("allocating CUDA memory"); }
-std::shared_ptr<void> allocate_pinned(size_t) { unavailable("allocating pinned host memory"); }
-void record_stream(const std::shared_ptr<void>&, const dltrain::cuda::Stream&) {
-  unavailable("record_stream");
-}
-void copy_bytes(void*, Device, const void*, Device, size_t, bool) {
-  unavailable("copying to a CUDA device");
-}
-void fill(void*, DType, int64_t, double, Device) { unavailable("filling a CUDA tensor"); }
-
 }  // namespace dltrain::backend::cuda
 
+// The public API (dltrain/backend/cuda.hpp).
 namespace dltrain::cuda {
 
 using backend::cuda::unavailable;
