@@ -1,7 +1,8 @@
 // IDX reader and writer.
 //
 // The reader streams the file once, straight into the result tensor's storage:
-// a plain file through stdio, a gzip file (1f 8b magic) through zlib's gz* API.
+// a plain file through stdio, a gzip file (1f 8b magic) through zlib's gz* API
+// (src/io/gzip.hpp).
 // Before allocating it checks that the file can hold what the header promises (a
 // plain file's exact size; for gzip, deflate's maximum ratio of 1032:1), so a
 // corrupt header raises an error instead of a huge allocation. Big-endian
@@ -21,9 +22,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/parallel.hpp"
 
-#if defined(DLTRAIN_WITH_ZLIB)
-#include <zlib.h>
-#endif
+#include "src/io/gzip.hpp"
 
 namespace dltrain::data {
 
@@ -53,13 +52,6 @@ std::string hex(uint8_t b) {
   static const char* digits = "0123456789abcdef";
   return std::string("0x") + digits[b >> 4] + digits[b & 15];
 }
-
-#if !defined(DLTRAIN_WITH_ZLIB)
-std::string gunzip_hint(const std::string& path) {
-  return "; this dltrain build has no zlib, so decompress it first (gunzip -k '" + path +
-         "') and pass the uncompressed file, or rebuild dltrain with zlib (zlib1g-dev)";
-}
-#endif
 
 // Swaps each `width`-byte element of [p, p + n * width) in place.
 void byteswap_inplace(unsigned char* p, int64_t n, size_t width) {
@@ -92,20 +84,10 @@ class Source {
     }
     std::fclose(fp_);
     fp_ = nullptr;
-#if defined(DLTRAIN_WITH_ZLIB)
-    gz_ = gzopen(path.c_str(), "rb");
-    DLTRAIN_CHECK(gz_ != nullptr, op_, ": cannot open gzip file '", path_,
-                  "': ", std::strerror(errno));
-    gzbuffer(gz_, 1 << 18);
-#else
-    DLTRAIN_FAIL(op_, ": '", path_, "' is gzip-compressed", gunzip_hint(path_));
-#endif
+    gz_ = std::make_unique<io::detail::GzipReader>(path, op);
   }
   ~Source() {
     if (fp_) std::fclose(fp_);
-#if defined(DLTRAIN_WITH_ZLIB)
-    if (gz_) gzclose(gz_);
-#endif
   }
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
@@ -122,19 +104,7 @@ class Source {
       DLTRAIN_CHECK(done == n || !std::ferror(fp_), op_, ": read error on '", path_,
                     "': ", std::strerror(errno));
     } else {
-#if defined(DLTRAIN_WITH_ZLIB)
-      while (done < n) {
-        const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, size_t{1} << 30));
-        const int r = gzread(gz_, out + done, chunk);
-        if (r < 0) fail_gzip();
-        done += static_cast<size_t>(r);
-        if (static_cast<unsigned>(r) < chunk) break;
-      }
-      // A stream cut short reads as end of data with the error set: report it as corrupt.
-      int errnum = Z_OK;
-      gzerror(gz_, &errnum);
-      if (errnum != Z_OK && errnum != Z_STREAM_END) fail_gzip();
-#endif
+      done = gz_->read(out, n);
     }
     consumed_ += done;
     return done;
@@ -153,24 +123,10 @@ class Source {
   }
 
  private:
-  [[noreturn]] void fail_gzip() {
-#if defined(DLTRAIN_WITH_ZLIB)
-    int errnum = Z_OK;
-    const char* msg = gzerror(gz_, &errnum);
-    DLTRAIN_FAIL(op_, ": '", path_,
-                 "' is a corrupt or truncated gzip stream (zlib: ", msg ? msg : "unknown error",
-                 "); download or decompress it again");
-#else
-    DLTRAIN_FAIL(op_, ": '", path_, "' is gzip-compressed", gunzip_hint(path_));
-#endif
-  }
-
   std::string path_;
   const char* op_;
   FILE* fp_ = nullptr;
-#if defined(DLTRAIN_WITH_ZLIB)
-  gzFile gz_ = nullptr;
-#endif
+  std::unique_ptr<io::detail::GzipReader> gz_;
   bool gzip_ = false;
   uint64_t file_size_ = 0;
   uint64_t consumed_ = 0;
@@ -178,13 +134,7 @@ class Source {
 
 }  // namespace
 
-bool gzip_supported() {
-#if defined(DLTRAIN_WITH_ZLIB)
-  return true;
-#else
-  return false;
-#endif
-}
+bool gzip_supported() { return io::detail::zlib_built_in(); }
 
 Tensor read_idx(const std::string& path) {
   const char* op = "read_idx";
@@ -328,24 +278,8 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
   byteswap_inplace(body.data(), c.numel(), width);
 
   if (gzip) {
-#if defined(DLTRAIN_WITH_ZLIB)
-    gzFile gz = gzopen(path.c_str(), "wb");
-    DLTRAIN_CHECK(gz != nullptr, op, ": cannot create '", path, "': ", std::strerror(errno));
-    bool ok = gzwrite(gz, header.data(), static_cast<unsigned>(header.size())) ==
-              static_cast<int>(header.size());
-    for (size_t off = 0; ok && off < bytes;) {
-      const unsigned chunk = static_cast<unsigned>(std::min<size_t>(bytes - off, size_t{1} << 30));
-      ok = gzwrite(gz, body.data() + off, chunk) == static_cast<int>(chunk);
-      off += chunk;
-    }
-    ok = (gzclose(gz) == Z_OK) && ok;
-    DLTRAIN_CHECK(ok, op, ": writing gzip file '", path, "' failed (disk full or not writable?)");
+    io::detail::write_gzip_file(path, {{header.data(), header.size()}, {body.data(), bytes}}, op);
     return;
-#else
-    DLTRAIN_FAIL(op, ": cannot write gzip file '", path,
-                 "': this dltrain build has no zlib; write it plain (gzip = false) or rebuild "
-                 "dltrain with zlib (zlib1g-dev)");
-#endif
   }
   FILE* fp = std::fopen(path.c_str(), "wb");
   DLTRAIN_CHECK(fp != nullptr, op, ": cannot create '", path, "': ", std::strerror(errno));

@@ -1,14 +1,11 @@
-// CRC-32 (see crc32.hpp): zlib's when built in, else slicing-by-8 over eight 256-entry tables
-// (Intel's "slicing-by-8", 8 bytes per step, little-endian loads).
+// CRC-32 (see crc32.hpp), the portable version: slicing-by-8 over eight 256-entry tables
+// (Intel's "slicing-by-8", 8 bytes per step, little-endian loads). crc32_update is zlib's
+// (zlib.cpp) or this one (no_zlib.cpp in a build without zlib).
 #include "src/io/crc32.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
-
-#ifdef DLTRAIN_WITH_ZLIB
-#include <zlib.h>
-#endif
 
 namespace dltrain::io::detail {
 
@@ -49,21 +46,6 @@ uint32_t crc32_update_portable(uint32_t crc, const void* data, size_t n) {
   }
   while (n-- > 0) c = t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
-}
-
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-#ifdef DLTRAIN_WITH_ZLIB
-  const auto* p = static_cast<const Bytef*>(data);
-  while (n > 0) {  // zlib takes a uInt length
-    const size_t step = std::min<size_t>(n, size_t{1} << 30);
-    crc = static_cast<uint32_t>(::crc32(crc, p, static_cast<uInt>(step)));
-    p += step;
-    n -= step;
-  }
-  return crc;
-#else
-  return crc32_update_portable(crc, data, n);
-#endif
 }
 
 }  // namespace dltrain::io::detail

@@ -1,5 +1,5 @@
 // CRC-32 (IEEE 802.3, the polynomial of zlib, ZIP and PNG): the one implementation that the
-// checkpoint and packed-dataset headers (verified_header.cpp), packed shards (packed.cpp) and
+// checkpoint and packed-dataset headers (verified_header.cpp), packed shards (packed_*.cpp) and
 // the .pth ZIP reader (pth.cpp) use (internal header).
 #pragma once
 

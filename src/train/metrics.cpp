@@ -1,5 +1,6 @@
 // train::MetricsWriter and its CSV and JSON-lines sinks; histograms, images and PNG encoding
-// (libpng's simplified API). The TensorBoard sink is in tensorboard.cpp (or its stub).
+// (png.cpp, libpng's simplified API, or no_png.cpp). The TensorBoard sink is in tensorboard.cpp
+// (or no_tensorboard.cpp).
 #include "dltrain/train/metrics.hpp"
 
 #include <algorithm>
@@ -13,10 +14,6 @@
 #include "dltrain/distributed/env.hpp"
 #include "src/train/file_util.hpp"
 #include "src/train/json_util.hpp"
-
-#if DLTRAIN_WITH_PNG
-#include <png.h>
-#endif
 
 namespace dltrain::train {
 
@@ -88,34 +85,6 @@ Image image_from_tensor(const Tensor& t) {
           static_cast<uint8_t>(std::clamp(x, 0.0, 255.0));
     }
   return img;
-}
-
-std::string encode_png(const Image& img) {
-  DLTRAIN_CHECK(img.channels == 1 || img.channels == 3 || img.channels == 4,
-                "train::encode_png: ", img.channels, " channels; pass 1, 3 or 4");
-  DLTRAIN_CHECK(static_cast<int64_t>(img.pixels.size()) == img.height * img.width * img.channels,
-                "train::encode_png: ", img.pixels.size(), " bytes of pixels for a ", img.height,
-                "x", img.width, "x", img.channels, " image");
-#if DLTRAIN_WITH_PNG
-  png_image p{};
-  p.version = PNG_IMAGE_VERSION;
-  p.width = static_cast<png_uint_32>(img.width);
-  p.height = static_cast<png_uint_32>(img.height);
-  p.format = img.channels == 1   ? PNG_FORMAT_GRAY
-             : img.channels == 3 ? PNG_FORMAT_RGB
-                                 : PNG_FORMAT_RGBA;
-  png_alloc_size_t size = 0;
-  if (!png_image_write_to_memory(&p, nullptr, &size, 0, img.pixels.data(), 0, nullptr))
-    DLTRAIN_FAIL("train::encode_png: libpng: ", p.message);
-  std::string out(size, '\0');
-  if (!png_image_write_to_memory(&p, out.data(), &size, 0, img.pixels.data(), 0, nullptr))
-    DLTRAIN_FAIL("train::encode_png: libpng: ", p.message);
-  out.resize(size);
-  return out;
-#else
-  DLTRAIN_FAIL("train::encode_png: this dltrain was built without libpng, so it cannot write ",
-               "images; install libpng-dev (Debian) and rebuild");
-#endif
 }
 
 // --- CSV ------------------------------------------------------------------------------------
