@@ -38,10 +38,15 @@ add_library(dltrain::dltrain ALIAS dltrain)
 # dltrain_backend(<DLTRAIN_WITH_X> <sources with X>... NO <sources without X>...): the one way
 # an optional backend enters the library (docs/design.md, "Build layout"). The folder that
 # calls it adds the first list when X was found, the second (its no_<x> refusals) otherwise.
+# The no_<x> files a build with X does not link are collected (DLTRAIN_UNUSED_NO_SOURCES) and
+# compiled anyway by the root CMakeLists.txt, so that CI, which has every backend, still
+# compiles every refusal.
 function(dltrain_backend with_var)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "NO")
   if(${with_var})
     target_sources(dltrain PRIVATE ${arg_UNPARSED_ARGUMENTS})
+    list(TRANSFORM arg_NO PREPEND "${CMAKE_CURRENT_SOURCE_DIR}/")
+    set_property(GLOBAL APPEND PROPERTY DLTRAIN_UNUSED_NO_SOURCES ${arg_NO})
   else()
     target_sources(dltrain PRIVATE ${arg_NO})
   endif()
