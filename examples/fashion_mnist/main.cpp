@@ -150,9 +150,11 @@ int main(int argc, char** argv) {
     train::Chronometer chrono({.device = device});
     std::vector<nlohmann::json> epochs;
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
-    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
-                        {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}},
-                        args.batch_size * ranks, args.lr_scaling());
+    train::CheckpointFile ckpt(
+        args.checkpoint, *model, opt, sched, scaler,
+        {.global_batch = args.batch_size * ranks,
+         .metadata = {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}},
+         .lr_scaling = args.lr_scaling()});
     const train::ResumePosition start = ckpt.resume(args.resume);
     bool preempted = false;
     MetricsLog metrics(args);

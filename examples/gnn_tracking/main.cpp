@@ -173,8 +173,9 @@ int main(int argc, char** argv) {
     std::printf("precision %s, loss scaling %s\n", args.prec.precision(cpu).c_str(),
                 args.prec.scaler_options(cpu).enabled ? "on" : "off");
     amp::GradScaler scaler(args.prec.scaler_options(cpu));  // on for f16 only
-    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "gnn_tracking"}},
-                        args.batch_size);
+    train::CheckpointFile ckpt(
+        args.checkpoint, *model, opt, sched, scaler,
+        {.global_batch = args.batch_size, .metadata = {{"example", "gnn_tracking"}}});
     const train::ResumePosition start = ckpt.resume(args.resume);
     MetricsLog metrics(args);
     train::Progress progress({.total_steps = steps_per_epoch, .label = "  train"});

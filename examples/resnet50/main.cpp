@@ -228,10 +228,12 @@ int main(int argc, char** argv) {
 
     std::vector<nlohmann::json> epochs;
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
-    CheckpointFile ckpt(
-        args.checkpoint, *model, opt, sched, scaler,
-        {{"example", "resnet50"}, {"arch", args.arch}, {"ranks", std::to_string(ranks)}},
-        args.batch_size * ranks * accum, args.lr_scaling());
+    train::CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
+                               {.global_batch = args.batch_size * ranks * accum,
+                                .metadata = {{"example", "resnet50"},
+                                             {"arch", args.arch},
+                                             {"ranks", std::to_string(ranks)}},
+                                .lr_scaling = args.lr_scaling()});
     const train::ResumePosition start = ckpt.resume(args.resume);
     bool preempted = false;
     // The course's chronometer: on a GPU with --test its marks wait for the device, so each phase

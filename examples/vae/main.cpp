@@ -305,8 +305,8 @@ int main(int argc, char** argv) {
     // A constant learning rate; the scheduler and the scaler are what a checkpoint holds beside
     // the model and Adam's moments.
     optim::LambdaLR sched(opt, [](int64_t) { return 1.0; });
-    CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler, {{"example", "vae"}},
-                        args.batch_size);
+    train::CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
+                               {.global_batch = args.batch_size, .metadata = {{"example", "vae"}}});
     const train::ResumePosition start = ckpt.resume(args.resume);
     MetricsLog metrics(args);
     const int64_t steps_per_epoch = train_loader.size();

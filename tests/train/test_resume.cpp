@@ -49,7 +49,7 @@ std::vector<double> reference(const MakeSched& make, int n) {
 }
 
 // A run saved after 20 steps of 128 samples and resumed with `global_batch` per step, as
-// examples::CheckpointFile does (scheduler_unit Batch, learning rate kept): the rate after
+// train::CheckpointFile does (scheduler_unit Batch, learning rate kept): the rate after
 // each of its next `n` steps, with the message.
 std::vector<double> resumed(const MakeSched& make, int64_t global_batch, int n,
                             std::string* message = nullptr) {
