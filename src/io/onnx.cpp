@@ -14,6 +14,7 @@
 // InstanceNormalization on [N, G, -1] followed by the per-channel affine.
 #include "dltrain/io/onnx.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -807,7 +808,9 @@ void export_impl(nn::Module* model, const OnnxForward& forward, const std::vecto
     const Tensor& y = outputs[i];
     DLTRAIN_CHECK(y.defined(), "export_onnx: output ", i, " of the forward is undefined");
     std::string v = b.value(y);
-    if (b.is_initializer_or_input(v)) {  // returned as it came in: an Identity names it
+    const bool named = std::find(output_names.begin(), output_names.begin() + i, v) !=
+                       output_names.begin() + i;  // returned twice
+    if (named || b.is_initializer_or_input(v)) {  // an Identity gives it its own name
       v = b.node("Identity", {v});
       b.bind(y, v);
     }

@@ -7,7 +7,8 @@
 // dropout, log_softmax), a small CNN with a residual add, a grouped and dilated convolution,
 // pooling, nearest upsampling and a concatenation (a U-Net's skip), and a model of the other
 // covered layers (ConvTranspose2d, GroupNorm, LayerNorm over a permuted view, bilinear
-// upsampling, matmul, softmax, scalar arithmetic, mean). ResNet-18's weights are saved as
+// upsampling, matmul, softmax, scalar arithmetic, mean), and a function of two named inputs
+// with three named outputs (one tensor returned twice). ResNet-18's weights are saved as
 // safetensors too, for the script to export them with `dltrain-convert export-onnx`.
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -187,6 +188,39 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
   randomise(extras);
   models.push_back(
       export_case(dir, "extras", extras, {4, 8, 8}, 2, 3, {"up.weight", "gn.weight", "ln.bias"}));
+
+  // A function of two named inputs with two named outputs, one of them returned twice.
+  {
+    auto fc = std::make_shared<nn::Linear>(5, 4);
+    io::OnnxForward two = [&fc](const std::vector<Tensor>& in) {
+      const Tensor h = tanh((*fc)(in[0]));
+      const Tensor y = add(h, mul(in[1], 0.5));
+      return std::vector<Tensor>{y, sigmoid(h), y};
+    };
+    const io::OnnxExportOptions o{.input_names = {"features", "offset"},
+                                  .output_names = {"sum", "gate", "sum_again"},
+                                  .dynamic_batch = true};
+    io::export_onnx(*fc, two, {randn({3, 5}), randn({3, 4})}, (dir / "two_io.onnx").string(), o);
+    json runs = json::array();
+    for (int64_t b : {3, 1}) {
+      NoGradGuard ng;
+      const std::vector<Tensor> in{randn({b, 5}), randn({b, 4})};
+      const std::vector<Tensor> out = two(in);
+      const std::string tag = "two_io_b" + std::to_string(b);
+      json ins = json::array(), outs = json::array();
+      for (size_t i = 0; i < in.size(); ++i)
+        ins.push_back(
+            write_array(dir, tag + "_in" + std::to_string(i) + ".bin", o.input_names[i], in[i]));
+      for (size_t i = 0; i < out.size(); ++i)
+        outs.push_back(
+            write_array(dir, tag + "_out" + std::to_string(i) + ".bin", o.output_names[i], out[i]));
+      runs.push_back({{"inputs", ins}, {"outputs", outs}});
+    }
+    models.push_back({{"name", "two_io"},
+                      {"file", "two_io.onnx"},
+                      {"runs", runs},
+                      {"initializers_include", {"weight", "bias"}}});
+  }
 
   std::ofstream f(dir / "expect.json");
   f << json{{"models", models}}.dump(1);
