@@ -119,8 +119,16 @@ inline std::vector<Tensor> graph_outputs_of(const std::pair<Tensor, Tensor>& p) 
 }
 inline std::vector<Tensor> graph_outputs_of(const std::vector<Tensor>& v) { return v; }
 
+/// Runs `f` out of line: the call sites build their input and attribute lists inside `f`, so
+/// that the op's own frame (its hot path) carries none of it.
+template <class F>
+[[gnu::noinline, gnu::cold]] auto graph_cold(F&& f) {
+  return f();
+}
+
 /// At a mapped op's entry, when its scope says graph(): runs `body` (the same op call, now
-/// nested) and records the op with `inputs`, `attrs` and the outputs body returns.
+/// nested) and records the op with `inputs`, `attrs` and the outputs body returns. Call it
+/// inside graph_cold.
 template <class F>
 auto graph_record(std::vector<Tensor> inputs, std::vector<GraphAttr> attrs, F&& body) {
   auto out = body();

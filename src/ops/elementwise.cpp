@@ -252,7 +252,9 @@ Tensor compare(const char* name, const Tensor& a, const Tensor& b, CompareOp kin
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   DLTRAIN_OP_SCOPE("add", a, b);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({a, b}, {{"alpha", alpha}}, [&] { return add(a, b, alpha); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {{"alpha", alpha}}, [&] { return add(a, b, alpha); });
+    });
   Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
   autograd::record(
       "add", {a, b}, {out},
@@ -268,7 +270,9 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   DLTRAIN_OP_SCOPE("sub", a, b);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({a, b}, {{"alpha", alpha}}, [&] { return sub(a, b, alpha); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {{"alpha", alpha}}, [&] { return sub(a, b, alpha); });
+    });
   Tensor out = binary_raw(BinaryOp::Sub, a, b, alpha);
   autograd::record(
       "sub", {a, b}, {out},
@@ -283,7 +287,9 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("mul", a, b);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({a, b}, {}, [&] { return mul(a, b); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return mul(a, b); });
+    });
   Tensor out = binary_raw(BinaryOp::Mul, a, b, 1.0);
   autograd::record(
       "mul", {a, b}, {out},
@@ -298,7 +304,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("div", a, b);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({a, b}, {}, [&] { return div(a, b); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return div(a, b); });
+    });
   Tensor out = binary_raw(BinaryOp::Div, a, b, 1.0);
   autograd::record(
       "div", {a, b}, {out},
@@ -353,7 +361,8 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 Tensor neg(const Tensor& x) {
   DLTRAIN_OP_SCOPE("neg", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return neg(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return neg(x); }); });
   Tensor out = is_floating(x.dtype()) ? unary_float<UnaryOp::Neg>(x) : mul(x.detach(), -1.0);
   autograd::record(
       "neg", {x}, {out},
@@ -364,7 +373,8 @@ Tensor neg(const Tensor& x) {
 Tensor exp(const Tensor& x) {
   DLTRAIN_OP_SCOPE("exp", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return exp(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return exp(x); }); });
   if (auto ac = amp::detail::autocast_args(amp::Op::exp, {&x})) return exp((*ac)[0]);
   Tensor out = unary_float<UnaryOp::Exp>(x);
   autograd::record(
@@ -379,7 +389,8 @@ Tensor exp(const Tensor& x) {
 Tensor log(const Tensor& x) {
   DLTRAIN_OP_SCOPE("log", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return log(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return log(x); }); });
   if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x})) return log((*ac)[0]);
   Tensor out = unary_float<UnaryOp::Log>(x);
   autograd::record(
@@ -412,7 +423,8 @@ Tensor log10(const Tensor& x) { return log_base<UnaryOp::Log10>("log10", x, std:
 Tensor sqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sqrt", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return sqrt(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return sqrt(x); }); });
   Tensor out = unary_float<UnaryOp::Sqrt>(x);
   autograd::record(
       "sqrt", {x}, {out},
@@ -439,7 +451,8 @@ Tensor rsqrt(const Tensor& x) {
 Tensor abs(const Tensor& x) {
   DLTRAIN_OP_SCOPE("abs", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return abs(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return abs(x); }); });
   Tensor out = unary_float<UnaryOp::Abs>(x);
   autograd::record(
       "abs", {x}, {out},
@@ -499,7 +512,8 @@ autograd::BackwardFn relu_backward(const Tensor& out) {
 Tensor relu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("relu", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return relu(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return relu(x); }); });
   Tensor out = unary_float<UnaryOp::Relu>(x);
   autograd::record("relu", {x}, {out}, relu_backward(out), kHigher);
   return out;
@@ -508,7 +522,8 @@ Tensor relu(const Tensor& x) {
 Tensor& relu_(Tensor& self) {
   DLTRAIN_OP_SCOPE("relu_", self);
   if (dltrain_op_scope_.graph()) [[unlikely]] {
-    detail::graph_record({self}, {}, [&] { return relu_(self); });
+    detail::graph_cold(
+        [&] { return detail::graph_record({self}, {}, [&] { return relu_(self); }); });
     return self;
   }
   detail::check_defined("relu_", self, "self");
@@ -543,8 +558,10 @@ Tensor& relu_(Tensor& self) {
 Tensor leaky_relu(const Tensor& x, double slope) {
   DLTRAIN_OP_SCOPE("leaky_relu", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {{"negative_slope", slope}},
-                                [&] { return leaky_relu(x, slope); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"negative_slope", slope}},
+                                  [&] { return leaky_relu(x, slope); });
+    });
   Tensor out = unary_float<UnaryOp::LeakyRelu>(x, slope);
   autograd::record(
       "leaky_relu", {x}, {out},
@@ -586,8 +603,10 @@ Tensor gelu_derivative(const Tensor& x, bool approximate) {
 Tensor gelu(const Tensor& x, bool approximate) {
   DLTRAIN_OP_SCOPE("gelu", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {{"approximate", approximate}},
-                                [&] { return gelu(x, approximate); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"approximate", approximate}},
+                                  [&] { return gelu(x, approximate); });
+    });
   Tensor out = approximate ? unary_float<UnaryOp::GeluTanh>(x) : unary_float<UnaryOp::GeluErf>(x);
   autograd::record(
       "gelu", {x}, {out},
@@ -604,7 +623,8 @@ Tensor gelu(const Tensor& x, bool approximate) {
 Tensor sigmoid(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sigmoid", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return sigmoid(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return sigmoid(x); }); });
   Tensor out = unary_float<UnaryOp::Sigmoid>(x);
   autograd::record(
       "sigmoid", {x}, {out},
@@ -622,7 +642,8 @@ Tensor sigmoid(const Tensor& x) {
 Tensor tanh(const Tensor& x) {
   DLTRAIN_OP_SCOPE("tanh", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return tanh(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return tanh(x); }); });
   Tensor out = unary_float<UnaryOp::Tanh>(x);
   autograd::record(
       "tanh", {x}, {out},
@@ -672,7 +693,8 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
 Tensor silu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("silu", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {}, [&] { return silu(x); });
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return silu(x); }); });
   Tensor out = unary_float<UnaryOp::Silu>(x);
   autograd::record(
       "silu", {x}, {out},

@@ -156,8 +156,10 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim) {
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   DLTRAIN_OP_SCOPE("sum", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
-                                [&] { return sum(x, dims, keepdim); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
+                                  [&] { return sum(x, dims, keepdim); });
+    });
   detail::check_defined("sum", x, "input");
   if (auto ac = amp::detail::autocast_args(amp::Op::sum, {&x})) return sum((*ac)[0], dims, keepdim);
   return sum_impl(x, dims, keepdim);
@@ -168,8 +170,10 @@ Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   DLTRAIN_OP_SCOPE("mean", x);
   if (dltrain_op_scope_.graph()) [[unlikely]]
-    return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
-                                [&] { return mean(x, dims, keepdim); });
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
+                                  [&] { return mean(x, dims, keepdim); });
+    });
   detail::check_defined("mean", x, "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
   const ReducePlan p = plan(xf, dims, keepdim, "mean");
