@@ -201,6 +201,18 @@ if(DLTRAIN_PROTOBUF)
                    "libprotobuf-dev protobuf-compiler libisal-dev to build it")
   endif()
 endif()
+# ONNX export (io::export_onnx, issue 32): ONNX's own onnx.proto (Debian's libonnx-dev ships
+# /usr/include/onnx/onnx.proto, already optimize_for = LITE_RUNTIME), compiled with the protoc and
+# protobuf-lite runtime of the TensorBoard sink. Without it, export_onnx raises an error naming
+# the packages.
+set(DLTRAIN_WITH_ONNX OFF)
+if(DLTRAIN_WITH_PROTOBUF)
+  find_path(DLTRAIN_ONNX_PROTO_DIR onnx/onnx.proto
+            DOC "Folder holding onnx/onnx.proto (libonnx-dev: /usr/include)")
+  if(DLTRAIN_ONNX_PROTO_DIR)
+    set(DLTRAIN_WITH_ONNX ON)
+  endif()
+endif()
 set(DLTRAIN_WITH_PNG OFF)
 find_package(PNG QUIET)
 if(PNG_FOUND)
@@ -215,4 +227,5 @@ endif()
 
 message(STATUS "dltrain: CUDA=${DLTRAIN_WITH_CUDA} cuDNN=${CUDNN_FOUND} NCCL=${NCCL_FOUND} "
                "MPI=${DLTRAIN_WITH_MPI} oneDNN=${DLTRAIN_WITH_DNNL} HDF5=${DLTRAIN_WITH_HDF5} TurboJPEG=${DLTRAIN_WITH_JPEG} "
-               "zlib=${DLTRAIN_WITH_ZLIB} protobuf=${DLTRAIN_WITH_PROTOBUF} PNG=${DLTRAIN_WITH_PNG}")
+               "zlib=${DLTRAIN_WITH_ZLIB} protobuf=${DLTRAIN_WITH_PROTOBUF} ONNX=${DLTRAIN_WITH_ONNX} "
+               "PNG=${DLTRAIN_WITH_PNG}")

@@ -182,6 +182,18 @@ if(DLTRAIN_WITH_PROTOBUF)
   target_compile_definitions(dltrain PRIVATE DLTRAIN_WITH_PROTOBUF=1)
   target_link_libraries(dltrain PRIVATE protobuf::libprotobuf-lite ISAL::isal)
 endif()
+if(DLTRAIN_WITH_ONNX)
+  # ONNX's ModelProto messages (io::export_onnx's writer, src/io/onnx_write.cpp), generated from
+  # the system's onnx.proto into the TensorBoard messages' folder; the same lite runtime.
+  add_custom_command(
+    OUTPUT ${DLTRAIN_PROTO_OUT}/onnx/onnx.pb.cc ${DLTRAIN_PROTO_OUT}/onnx/onnx.pb.h
+    COMMAND ${Protobuf_PROTOC_EXECUTABLE} --cpp_out=${DLTRAIN_PROTO_OUT}
+            -I ${DLTRAIN_ONNX_PROTO_DIR} onnx/onnx.proto
+    DEPENDS ${DLTRAIN_ONNX_PROTO_DIR}/onnx/onnx.proto
+    COMMENT "protoc: ONNX's ModelProto messages" VERBATIM)
+  target_sources(dltrain PRIVATE ${DLTRAIN_PROTO_OUT}/onnx/onnx.pb.cc
+                                 ${DLTRAIN_PROTO_OUT}/onnx/onnx.pb.h)
+endif()
 if(DLTRAIN_WITH_PNG)
   target_compile_definitions(dltrain PRIVATE DLTRAIN_WITH_PNG=1)
   target_link_libraries(dltrain PRIVATE PNG::PNG)

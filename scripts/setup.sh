@@ -2,13 +2,15 @@
 # Installs every Debian package dltrain needs to build and test, idempotently.
 # Usage: scripts/setup.sh [--peers]   (--peers adds PyTorch/torchvision: Debian's python3-torch
 # 1.13 for /usr/bin/python3, which the reference-file generators use for golden values, and a
-# current PyPI torch + torchvision (oneDNN + MKL, the fair speed peer) in the virtual
-# environment .venv-peers, made with the `python3` first on PATH; several GB)
+# current PyPI torch + torchvision (oneDNN + MKL, the fair speed peer) + onnx + onnxruntime (the
+# ONNX export test) in the virtual environment .venv-peers, made with the `python3` first on
+# PATH; several GB)
 set -euo pipefail
 
 pkgs=(cmake g++ make ccache pkg-config libeigen3-dev catch2 libhdf5-dev libturbojpeg0-dev libjpeg62-turbo-dev
       libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist
       nlohmann-json3-dev libcli11-dev libprotobuf-dev protobuf-compiler libisal-dev libpng-dev python3-venv python3-pip
+      libonnx-dev  # onnx/onnx.proto for io::export_onnx (src/io/onnx_write.cpp)
       python3-matplotlib  # tools/dltrain-plot
       python3-h5py  # tests/io/h5py_reads.py: checkpoints and packed shards read by h5py
       lua5.4  # luac -p on the Lmod modulefile (tests/packaging)
@@ -25,14 +27,15 @@ peers_venv() {
   [[ "${1:-}" == "--peers" ]] || return 0
   local venv
   venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-peers"
-  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import torch, torchvision" 2>/dev/null; then
+  if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -c "import torch, torchvision, onnx, onnxruntime" 2>/dev/null; then
     echo "setup: $venv has torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
     return 0
   fi
-  echo "setup: installing PyPI torch + torchvision into $venv"
+  echo "setup: installing PyPI torch + torchvision + onnx + onnxruntime into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q torch torchvision numpy
+  # onnx + onnxruntime: tests/io/onnx_runtime_check.py runs the files io::export_onnx writes.
+  "$venv/bin/pip" install -q torch torchvision numpy onnx onnxruntime
 }
 # oneDNN 3.x for the CPU convolutions, batch norm and pooling: PyPI's onednn-devel-cpu-gomp
 # (oneDNN 3.2.0, built on GNU OpenMP like Debian's, so dltrain's parallel_for shares its thread

@@ -5,6 +5,13 @@
 //   dltrain-convert convert IN OUT [--section model|optimizer|scheduler]
 //   dltrain-convert compare A B [--rtol X] [--atol X] [--section model|optimizer|scheduler]
 //   dltrain-convert restamp FILE [-o OUT] [--timeout SECONDS]
+//   dltrain-convert export-onnx WEIGHTS OUT.onnx --model resnet50 [--image-size 224]
+//                   [--batch 1] [--dynamic-batch] [--section model]
+//
+// export-onnx: builds the named model of the ResNet family (resnet18 ... resnet152; the number
+// of classes from fc.weight, the CIFAR stem when conv1 is 3x3), loads WEIGHTS into it (strict:
+// every key must match) and writes it as ONNX with io::export_onnx (eval mode, opset 17), for
+// users who deploy with ONNX Runtime or TensorRT without writing C++.
 //
 // restamp: a checkpoint without dltrain's integrity header (written by dltrain 0.1.0, or an
 // HDF5 file from another program) is refused by io::read_checkpoint, because HDF5 1.10 can
@@ -40,6 +47,7 @@
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/file_format.hpp"
+#include "dltrain/io/onnx.hpp"
 #include "examples/common/cli.hpp"
 #include "src/io/checkpoint_header.hpp"
 
@@ -370,6 +378,27 @@ int restamp(const std::string& file, const std::string& out_arg, double timeout_
   return 0;
 }
 
+int export_onnx_cmd(const std::string& in, const std::string& out, const std::string& model_name,
+                    const std::string& section, int64_t image_size, int64_t batch, bool dynamic) {
+  const StateDict sd = load_any(in, section);
+  DLTRAIN_CHECK(sd.contains("fc.weight") && sd.contains("conv1.weight"), "export-onnx: '", in,
+                "' holds no fc.weight or conv1.weight, so it is not the state dict of a ResNet "
+                "(torchvision's names); list its tensors with dltrain-convert list");
+  models::ResNetOptions o;
+  o.num_classes = sd.at("fc.weight").size(0);
+  o.cifar_stem = sd.at("conv1.weight").dim() == 4 && sd.at("conv1.weight").size(2) == 3;
+  auto model = models::resnet(model_name, o);
+  model->load_state_dict(sd);
+  io::export_onnx(*model, {zeros({batch, 3, image_size, image_size})}, out,
+                  {.dynamic_batch = dynamic});
+  std::printf("'%s': %s (%lld classes%s) from '%s', input [%s, 3, %lld, %lld], opset 17\n",
+              out.c_str(), model_name.c_str(), static_cast<long long>(o.num_classes),
+              o.cifar_stem ? ", CIFAR stem" : "", in.c_str(),
+              dynamic ? "batch" : std::to_string(batch).c_str(), static_cast<long long>(image_size),
+              static_cast<long long>(image_size));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -408,11 +437,29 @@ int main(int argc, char** argv) {
   restamp_cmd.add("-o,--output", &restamp_out, "write the stamped copy here instead of in place");
   restamp_cmd.add("--timeout", &timeout_s, "seconds the check may take before it is stopped")
       .min(1);
+  std::string model_name;
+  int64_t image_size = 224, batch = 1;
+  bool dynamic = false;
+  cli::Flags& onnx_cmd = f.subcommand(
+      "export-onnx",
+      "write a ResNet's weights as an ONNX model (eval mode, opset 17) for ONNX Runtime or "
+      "TensorRT");
+  onnx_cmd.add("WEIGHTS", &in, "the weights (.pth, .safetensors or .h5)").required();
+  onnx_cmd.add("OUT", &out, "the ONNX file to write").required();
+  onnx_cmd.add("--model", &model_name, "the architecture")
+      .choices({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"})
+      .required();
+  onnx_cmd.add("--image-size", &image_size, "height and width of the input images").min(1);
+  onnx_cmd.add("--batch", &batch, "the batch size of the exported input").min(1);
+  onnx_cmd.add_switch("--dynamic-batch", &dynamic, "make the batch dim symbolic ('batch')");
+  onnx_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
   f.parse(argc, argv);
   try {
     if (list_cmd.chosen()) return list(file);
     if (convert_cmd.chosen()) return convert(in, out, section);
     if (restamp_cmd.chosen()) return restamp(file, restamp_out, timeout_s);
+    if (onnx_cmd.chosen())
+      return export_onnx_cmd(in, out, model_name, section, image_size, batch, dynamic);
     return compare(a, b, section, rtol, atol);
   } catch (const Error& e) {
     std::fprintf(stderr, "dltrain-convert: error: %s\n", e.what());

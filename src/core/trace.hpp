@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dltrain/core/tensor.hpp"
+#include "src/core/graph_trace.hpp"
 
 namespace dltrain::detail {
 
@@ -50,6 +51,9 @@ class OpScope {
   template <class... Ts>
   requires(std::same_as<Ts, Tensor>&&...) explicit OpScope(TraceKind kind, std::string_view name,
                                                            const Ts&... inputs) {
+    // First: graph_scope_enter may throw (an op with no ONNX mapping), and nothing is open yet.
+    if (g_graph_tracers.load(std::memory_order_relaxed)) [[unlikely]]
+      if (kind == TraceKind::Op) graph_ = graph_scope_enter(name, {&inputs...}, sizeof...(Ts) > 0);
     if (g_trace_active.load(std::memory_order_relaxed)) [[unlikely]] {
       on_ = trace_begin(kind, name);
       if constexpr (sizeof...(Ts) > 0)
@@ -64,12 +68,18 @@ class OpScope {
   ~OpScope() {
     if (on_) [[unlikely]]
       trace_end();
+    if (graph_) [[unlikely]]
+      graph_scope_exit(graph_);
   }
+  /// True for the outermost op scope of a graph trace (graph_trace.hpp): the op hands its
+  /// inputs and attributes to graph_record() and returns what that returns.
+  bool graph() const { return graph_ == 2; }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 
  private:
   bool on_ = false;
+  uint8_t graph_ = 0;  // graph_scope_enter's answer
 };
 
 /// One recorded scope, as a session returns it.
@@ -106,6 +116,7 @@ bool trace_cuda_enabled();
 }  // namespace dltrain::detail
 
 /// Opens a forward-op scope for the rest of the enclosing block: DLTRAIN_OP_SCOPE("conv2d", x, w).
+/// The scope is the variable dltrain_op_scope_ (its graph() gates graph_record).
 #define DLTRAIN_OP_SCOPE(name, ...)                                              \
   ::dltrain::detail::OpScope dltrain_op_scope_(::dltrain::detail::TraceKind::Op, \
                                                name __VA_OPT__(, ) __VA_ARGS__)

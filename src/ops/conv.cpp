@@ -507,6 +507,16 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 stride, Int2 padding,
               Int2 dilation, int64_t groups) {
   DLTRAIN_OP_SCOPE("conv2d", x, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {x, weight, bias},
+          {{"stride", detail::graph_pair(stride)},
+           {"padding", detail::graph_pair(padding)},
+           {"dilation", detail::graph_pair(dilation)},
+           {"groups", groups}},
+          [&] { return conv2d(x, weight, bias, stride, padding, dilation, groups); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::conv2d, {&x, &weight, &bias}))
     return conv2d((*ac)[0], (*ac)[1], (*ac)[2], stride, padding, dilation, groups);
   detail::check_defined("conv2d", x, "input");

@@ -50,6 +50,19 @@ Tensor cut_or_extend(const Tensor& y, int64_t dim, int64_t start, int64_t len) {
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Int2 stride,
                         Int2 padding, Int2 output_padding, int64_t groups, Int2 dilation) {
   DLTRAIN_OP_SCOPE("conv_transpose2d", x, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, weight, bias},
+                                  {{"stride", detail::graph_pair(stride)},
+                                   {"padding", detail::graph_pair(padding)},
+                                   {"output_padding", detail::graph_pair(output_padding)},
+                                   {"dilation", detail::graph_pair(dilation)},
+                                   {"groups", groups}},
+                                  [&] {
+                                    return conv_transpose2d(x, weight, bias, stride, padding,
+                                                            output_padding, groups, dilation);
+                                  });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::conv_transpose2d, {&x, &weight, &bias}))
     return conv_transpose2d((*ac)[0], (*ac)[1], (*ac)[2], stride, padding, output_padding, groups,
                             dilation);

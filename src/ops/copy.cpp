@@ -164,6 +164,9 @@ Tensor Tensor::pin_memory() const {
 
 Tensor Tensor::clone(MemoryFormat fmt) const {
   DLTRAIN_OP_SCOPE("clone", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return clone(fmt); }); });
   checked();
   Tensor out = empty(shape(), resolve(fmt, *this), options());
   {
@@ -179,6 +182,9 @@ Tensor Tensor::clone(MemoryFormat fmt) const {
 
 Tensor Tensor::contiguous(MemoryFormat fmt) const {
   DLTRAIN_OP_SCOPE("contiguous", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return contiguous(fmt); }); });
   const MemoryFormat f = resolve(fmt, *this);
   if (!is_contiguous(f)) return clone(f);
   if (suggest_memory_format() == f) return *this;
@@ -200,6 +206,9 @@ Tensor Tensor::to(MemoryFormat fmt) const { return contiguous(fmt); }
 
 Tensor Tensor::to(DType dt) const {
   DLTRAIN_OP_SCOPE("to", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return to(dt); }); });
   checked();
   if (dt == dtype()) return *this;
   Tensor out = empty(shape(), suggest_memory_format(), options().with_dtype(dt));
@@ -219,6 +228,9 @@ Tensor Tensor::to(DType dt) const {
 
 Tensor Tensor::to(Device dev, bool non_blocking) const {
   DLTRAIN_OP_SCOPE("to", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return to(dev, non_blocking); }); });
   checked();
   if (dev == device()) return *this;
   // Keep the layout (a channels-last batch stays channels-last) and move dense bytes.

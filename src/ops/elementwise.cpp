@@ -202,6 +202,9 @@ void check_inplace(const char* op, const Tensor& self) {
 }
 
 Tensor compare(const char* name, const Tensor& a, const Tensor& b, CompareOp kind) {
+  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
+  // instead of taking its output for a constant.
+  DLTRAIN_OP_SCOPE(name, a, b);
   detail::check_defined(name, a, "self");
   detail::check_defined(name, b, "other");
   detail::check_same_device(name, {&a, &b});
@@ -248,6 +251,10 @@ Tensor compare(const char* name, const Tensor& a, const Tensor& b, CompareOp kin
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   DLTRAIN_OP_SCOPE("add", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {{"alpha", alpha}}, [&] { return add(a, b, alpha); });
+    });
   Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
   autograd::record(
       "add", {a, b}, {out},
@@ -262,6 +269,10 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   DLTRAIN_OP_SCOPE("sub", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {{"alpha", alpha}}, [&] { return sub(a, b, alpha); });
+    });
   Tensor out = binary_raw(BinaryOp::Sub, a, b, alpha);
   autograd::record(
       "sub", {a, b}, {out},
@@ -275,6 +286,10 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("mul", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return mul(a, b); });
+    });
   Tensor out = binary_raw(BinaryOp::Mul, a, b, 1.0);
   autograd::record(
       "mul", {a, b}, {out},
@@ -288,6 +303,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("div", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return div(a, b); });
+    });
   Tensor out = binary_raw(BinaryOp::Div, a, b, 1.0);
   autograd::record(
       "div", {a, b}, {out},
@@ -312,6 +331,9 @@ Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
 
 namespace {
 Tensor extremum(BinaryOp kind, const Tensor& a, const Tensor& b) {
+  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
+  // instead of taking its output for a constant.
+  DLTRAIN_OP_SCOPE(cu::op_name(kind), a, b);
   Tensor out = binary_raw(kind, a, b, 1.0);
   autograd::record(
       cu::op_name(kind), {a, b}, {out},
@@ -338,6 +360,9 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min
 
 Tensor neg(const Tensor& x) {
   DLTRAIN_OP_SCOPE("neg", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return neg(x); }); });
   Tensor out = is_floating(x.dtype()) ? unary_float<UnaryOp::Neg>(x) : mul(x.detach(), -1.0);
   autograd::record(
       "neg", {x}, {out},
@@ -347,6 +372,9 @@ Tensor neg(const Tensor& x) {
 
 Tensor exp(const Tensor& x) {
   DLTRAIN_OP_SCOPE("exp", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return exp(x); }); });
   if (auto ac = amp::detail::autocast_args(amp::Op::exp, {&x})) return exp((*ac)[0]);
   Tensor out = unary_float<UnaryOp::Exp>(x);
   autograd::record(
@@ -360,6 +388,9 @@ Tensor exp(const Tensor& x) {
 
 Tensor log(const Tensor& x) {
   DLTRAIN_OP_SCOPE("log", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return log(x); }); });
   if (auto ac = amp::detail::autocast_args(amp::Op::log, {&x})) return log((*ac)[0]);
   Tensor out = unary_float<UnaryOp::Log>(x);
   autograd::record(
@@ -391,6 +422,9 @@ Tensor log10(const Tensor& x) { return log_base<UnaryOp::Log10>("log10", x, std:
 
 Tensor sqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sqrt", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return sqrt(x); }); });
   Tensor out = unary_float<UnaryOp::Sqrt>(x);
   autograd::record(
       "sqrt", {x}, {out},
@@ -416,6 +450,9 @@ Tensor rsqrt(const Tensor& x) {
 
 Tensor abs(const Tensor& x) {
   DLTRAIN_OP_SCOPE("abs", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return abs(x); }); });
   Tensor out = unary_float<UnaryOp::Abs>(x);
   autograd::record(
       "abs", {x}, {out},
@@ -474,6 +511,9 @@ autograd::BackwardFn relu_backward(const Tensor& out) {
 
 Tensor relu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("relu", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return relu(x); }); });
   Tensor out = unary_float<UnaryOp::Relu>(x);
   autograd::record("relu", {x}, {out}, relu_backward(out), kHigher);
   return out;
@@ -481,6 +521,11 @@ Tensor relu(const Tensor& x) {
 
 Tensor& relu_(Tensor& self) {
   DLTRAIN_OP_SCOPE("relu_", self);
+  if (dltrain_op_scope_.graph()) [[unlikely]] {
+    detail::graph_cold(
+        [&] { return detail::graph_record({self}, {}, [&] { return relu_(self); }); });
+    return self;
+  }
   detail::check_defined("relu_", self, "self");
   DLTRAIN_CHECK(is_floating(self.dtype()), "relu_: self must be floating-point but has dtype ",
                 self.dtype(), "; use relu(), which returns a floating tensor");
@@ -512,6 +557,11 @@ Tensor& relu_(Tensor& self) {
 
 Tensor leaky_relu(const Tensor& x, double slope) {
   DLTRAIN_OP_SCOPE("leaky_relu", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"negative_slope", slope}},
+                                  [&] { return leaky_relu(x, slope); });
+    });
   Tensor out = unary_float<UnaryOp::LeakyRelu>(x, slope);
   autograd::record(
       "leaky_relu", {x}, {out},
@@ -552,6 +602,11 @@ Tensor gelu_derivative(const Tensor& x, bool approximate) {
 
 Tensor gelu(const Tensor& x, bool approximate) {
   DLTRAIN_OP_SCOPE("gelu", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"approximate", approximate}},
+                                  [&] { return gelu(x, approximate); });
+    });
   Tensor out = approximate ? unary_float<UnaryOp::GeluTanh>(x) : unary_float<UnaryOp::GeluErf>(x);
   autograd::record(
       "gelu", {x}, {out},
@@ -567,6 +622,9 @@ Tensor gelu(const Tensor& x, bool approximate) {
 
 Tensor sigmoid(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sigmoid", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return sigmoid(x); }); });
   Tensor out = unary_float<UnaryOp::Sigmoid>(x);
   autograd::record(
       "sigmoid", {x}, {out},
@@ -583,6 +641,9 @@ Tensor sigmoid(const Tensor& x) {
 
 Tensor tanh(const Tensor& x) {
   DLTRAIN_OP_SCOPE("tanh", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return tanh(x); }); });
   Tensor out = unary_float<UnaryOp::Tanh>(x);
   autograd::record(
       "tanh", {x}, {out},
@@ -631,6 +692,9 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
 
 Tensor silu(const Tensor& x) {
   DLTRAIN_OP_SCOPE("silu", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return silu(x); }); });
   Tensor out = unary_float<UnaryOp::Silu>(x);
   autograd::record(
       "silu", {x}, {out},

@@ -207,6 +207,11 @@ Tensor group_norm_cpu(const Tensor& x, int64_t G, const Tensor& weight, const Te
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps) {
   DLTRAIN_OP_SCOPE("group_norm", x, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, weight, bias}, {{"num_groups", num_groups}, {"eps", eps}},
+                                  [&] { return group_norm(x, num_groups, weight, bias, eps); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::group_norm, {&x, &weight, &bias}))
     return group_norm((*ac)[0], num_groups, (*ac)[1], (*ac)[2], eps);
   const char* op = "group_norm";

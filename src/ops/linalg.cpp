@@ -138,6 +138,10 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("mm", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return mm(a, b); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::mm, {&a, &b})) return mm((*ac)[0], (*ac)[1]);
   check_operands("mm", a, b);
   detail::check_dim("mm", a, 2, "self");
@@ -159,6 +163,10 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("bmm", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return bmm(a, b); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::bmm, {&a, &b})) return bmm((*ac)[0], (*ac)[1]);
   check_operands("bmm", a, b);
   detail::check_dim("bmm", a, 3, "self");
@@ -181,6 +189,10 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("matmul", a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return matmul(a, b); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::matmul, {&a, &b}))
     return matmul((*ac)[0], (*ac)[1]);
   check_operands("matmul", a, b);
@@ -222,6 +234,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DLTRAIN_OP_SCOPE("linear", x, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, weight, bias}, {}, [&] { return linear(x, weight, bias); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::linear, {&x, &weight, &bias}))
     return linear((*ac)[0], (*ac)[1], (*ac)[2]);
   detail::check_defined("linear", x, "input");

@@ -683,12 +683,20 @@ Tensor reduce(const Tensor& t, Reduction r) {
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   DLTRAIN_OP_SCOPE("softmax", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}}, [&] { return softmax(x, dim); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::softmax, {&x})) return softmax((*ac)[0], dim);
   return softmax_impl(x, dim, false);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   DLTRAIN_OP_SCOPE("log_softmax", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}}, [&] { return log_softmax(x, dim); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::log_softmax, {&x}))
     return log_softmax((*ac)[0], dim);
   return softmax_impl(x, dim, true);
@@ -696,6 +704,11 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   DLTRAIN_OP_SCOPE("dropout", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"p", p}, {"training", training}},
+                                  [&] { return dropout(x, p, training, gen); });
+    });
   const char* op = "dropout";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1] but is ", p);

@@ -392,6 +392,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
   DLTRAIN_OP_SCOPE("batch_norm", x, weight, bias, running_mean, running_var);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, weight, bias, running_mean, running_var},
+                                  {{"training", training}, {"eps", eps}}, [&] {
+                                    return batch_norm(x, weight, bias, running_mean, running_var,
+                                                      training, momentum, eps);
+                                  });
+    });
   const char* op = "batch_norm";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &weight, &bias, &running_mean, &running_var});
@@ -543,6 +551,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   DLTRAIN_OP_SCOPE("layer_norm", x, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {x, weight, bias}, {{"normalized_shape", normalized_shape}, {"eps", eps}},
+          [&] { return layer_norm(x, normalized_shape, weight, bias, eps); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::layer_norm, {&x, &weight, &bias}))
     return layer_norm((*ac)[0], normalized_shape, (*ac)[1], (*ac)[2], eps);
   const char* op = "layer_norm";

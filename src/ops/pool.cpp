@@ -609,6 +609,17 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices_impl(const Tensor& x, Int2 ker
 Tensor max_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
                        Int2 dilation, bool ceil_mode) {
   DLTRAIN_OP_SCOPE("max_pool2d", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {x},
+          {{"kernel", detail::graph_pair(kernel)},
+           {"stride", detail::graph_pair(stride.value_or(kernel))},
+           {"padding", detail::graph_pair(padding)},
+           {"dilation", detail::graph_pair(dilation)},
+           {"ceil_mode", ceil_mode}},
+          [&] { return max_pool2d_impl(x, kernel, stride, padding, dilation, ceil_mode); });
+    });
   if (!x.defined() || x.dim() != 4)
     return max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode).first;
   const PoolShape s = window_shape("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode);
@@ -648,6 +659,19 @@ Tensor max_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride,
 Tensor avg_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride, Int2 padding,
                        bool ceil_mode, bool count_include_pad) {
   DLTRAIN_OP_SCOPE("avg_pool2d", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x},
+                                  {{"kernel", detail::graph_pair(kernel)},
+                                   {"stride", detail::graph_pair(stride.value_or(kernel))},
+                                   {"padding", detail::graph_pair(padding)},
+                                   {"ceil_mode", ceil_mode},
+                                   {"count_include_pad", count_include_pad}},
+                                  [&] {
+                                    return avg_pool2d_impl(x, kernel, stride, padding, ceil_mode,
+                                                           count_include_pad);
+                                  });
+    });
   if (x.defined() && x.dim() == 3)
     return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad)
         .squeeze(0);
@@ -677,6 +701,11 @@ Tensor avg_pool2d_impl(const Tensor& x, Int2 kernel, std::optional<Int2> stride,
 
 Tensor adaptive_avg_pool2d_impl(const Tensor& x, Int2 output_size) {
   DLTRAIN_OP_SCOPE("adaptive_avg_pool2d", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"output_size", detail::graph_pair(output_size)}},
+                                  [&] { return adaptive_avg_pool2d_impl(x, output_size); });
+    });
   if (x.defined() && x.dim() == 3)
     return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
   check_input("adaptive_avg_pool2d", x);

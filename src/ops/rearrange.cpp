@@ -80,6 +80,9 @@ Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims) {
 namespace {
 
 Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool lower) {
+  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
+  // instead of taking its output for a constant.
+  DLTRAIN_OP_SCOPE(op, x);
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(x.dim() >= 2, op, ": input must have at least 2 dimensions but has shape ",
                 shape_str(x.shape()));

@@ -155,6 +155,11 @@ Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim) {
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   DLTRAIN_OP_SCOPE("sum", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
+                                  [&] { return sum(x, dims, keepdim); });
+    });
   detail::check_defined("sum", x, "input");
   if (auto ac = amp::detail::autocast_args(amp::Op::sum, {&x})) return sum((*ac)[0], dims, keepdim);
   return sum_impl(x, dims, keepdim);
@@ -164,6 +169,11 @@ Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   DLTRAIN_OP_SCOPE("mean", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
+                                  [&] { return mean(x, dims, keepdim); });
+    });
   detail::check_defined("mean", x, "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
   const ReducePlan p = plan(xf, dims, keepdim, "mean");
@@ -218,6 +228,9 @@ void extreme_cpu(const Tensor& x, const ReducePlan& p, const Tensor& values, con
 
 std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim,
                                       bool is_max) {
+  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
+  // instead of taking its output for a constant.
+  DLTRAIN_OP_SCOPE(op, x);
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(x.numel() > 0, op, ": cannot reduce an empty tensor of shape ",
                 shape_str(x.shape()));
@@ -255,6 +268,7 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
 }
 
 Tensor extreme_all(const char* op, const Tensor& x, bool is_max) {
+  DLTRAIN_OP_SCOPE(op, x);
   Tensor flat = x.detach().reshape({-1});
   const Tensor v = extreme_dim(op, flat, 0, false, is_max).first;
   // The closure keeps a detached handle: `v` itself gets this node as its grad_fn, and a node

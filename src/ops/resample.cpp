@@ -354,6 +354,16 @@ Tensor pad_fused(const Tensor& x, const std::vector<int64_t>& amounts, bool refl
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   DLTRAIN_OP_SCOPE("interpolate", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {x},
+          {{"mode", o.mode == InterpolateMode::Nearest ? "nearest" : "bilinear"},
+           {"align_corners", o.align_corners},
+           {"scale_h", o.scale_factor ? o.scale_factor->h : 0.0},
+           {"scale_w", o.scale_factor ? o.scale_factor->w : 0.0}},
+          [&] { return interpolate(x, o); });
+    });
   const char* op = "interpolate";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(x.dim() == 4, "interpolate: expected a 4-d input [N, C, H, W] but got shape ",

@@ -81,6 +81,9 @@ void record_reshape_back(const char* name, const Tensor& in, const Tensor& out) 
 
 Tensor Tensor::view(const Shape& shape) const {
   DLTRAIN_OP_SCOPE("view", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return view(shape); }); });
   checked();
   const Shape ns = infer_shape(shape, numel(), "view", this->shape());
   auto st = view_strides(this->shape(), strides(), ns);
@@ -95,6 +98,9 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::reshape(const Shape& shape) const {
   DLTRAIN_OP_SCOPE("reshape", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return reshape(shape); }); });
   checked();
   const Shape ns = infer_shape(shape, numel(), "reshape", this->shape());
   if (view_strides(this->shape(), strides(), ns)) return view(ns);
@@ -103,6 +109,10 @@ Tensor Tensor::reshape(const Shape& shape) const {
 
 Tensor Tensor::permute(const Shape& dims) const {
   DLTRAIN_OP_SCOPE("permute", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({*this}, {{"dims", dims}}, [&] { return permute(dims); });
+    });
   checked();
   const int64_t n = dim();
   DLTRAIN_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: got ", dims.size(),
@@ -127,6 +137,11 @@ Tensor Tensor::permute(const Shape& dims) const {
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   DLTRAIN_OP_SCOPE("transpose", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({*this}, {{"dim0", d0}, {"dim1", d1}},
+                                  [&] { return transpose(d0, d1); });
+    });
   const int64_t n = dim();
   Shape p(n);
   std::iota(p.begin(), p.end(), 0);
@@ -137,6 +152,9 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 
 Tensor Tensor::t() const {
   DLTRAIN_OP_SCOPE("t", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return t(); }); });
   DLTRAIN_CHECK(dim() <= 2, "t(): expects a tensor with <= 2 dimensions but got shape ",
                 shape_str(shape()), "; use transpose(d0, d1)");
   return dim() < 2 ? *this : transpose(0, 1);
@@ -197,6 +215,9 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 
 Tensor Tensor::expand(const Shape& shape) const {
   DLTRAIN_OP_SCOPE("expand", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return expand(shape); }); });
   checked();
   const int64_t n = static_cast<int64_t>(shape.size()), m = dim();
   DLTRAIN_CHECK(n >= m, "expand: target ", shape_str(shape),
@@ -226,6 +247,9 @@ Tensor Tensor::expand(const Shape& shape) const {
 
 Tensor Tensor::squeeze() const {
   DLTRAIN_OP_SCOPE("squeeze", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return squeeze(); }); });
   Shape ns;
   for (int64_t s : shape())
     if (s != 1) ns.push_back(s);
@@ -234,6 +258,9 @@ Tensor Tensor::squeeze() const {
 
 Tensor Tensor::squeeze(int64_t d) const {
   DLTRAIN_OP_SCOPE("squeeze", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return squeeze(d); }); });
   if (dim() == 0) return *this;
   d = wrap_dim(d, dim(), "squeeze");
   if (shape()[d] != 1) return *this;
@@ -247,6 +274,9 @@ Tensor Tensor::squeeze(int64_t d) const {
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   DLTRAIN_OP_SCOPE("unsqueeze", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({*this}, {}, [&] { return unsqueeze(d); }); });
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape ns = shape(), nst = strides();
   const int64_t st = d < dim() ? shape()[d] * strides()[d] : 1;
@@ -259,6 +289,11 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   DLTRAIN_OP_SCOPE("flatten", *this);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({*this}, {{"start_dim", start_dim}, {"end_dim", end_dim}},
+                                  [&] { return flatten(start_dim, end_dim); });
+    });
   if (dim() == 0) return reshape({1});
   start_dim = wrap_dim(start_dim, dim(), "flatten");
   end_dim = wrap_dim(end_dim, dim(), "flatten");
@@ -276,6 +311,11 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   DLTRAIN_OP_SCOPE("cat");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(std::vector<Tensor>(tensors), {{"dim", dim}},
+                                  [&] { return cat(tensors, dim); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::cat, tensors)) return cat(ac->args(), dim);
   DLTRAIN_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];

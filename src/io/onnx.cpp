@@ -1,0 +1,848 @@
+// export_onnx (include/dltrain/io/onnx.hpp): traces the forward with a detail::GraphTracer and
+// maps each recorded op to ONNX operators of opset 17.
+//
+// Value names: graph inputs take the requested input names, parameters and buffers their
+// state-dict names, every other tensor an op reads that the trace did not produce becomes an
+// initializer "const_<n>" with its value, and op outputs are "<OpType>_<n>" (the outputs the
+// forward returns are renamed to the requested output names). Values are identified by their
+// TensorImpl, and an in-place op (relu_) gives its tensor a new name from then on.
+//
+// The mapping table `kMappings` is the list of op scope names export_onnx covers; the tracer
+// rejects any other op that reads a graph value, at the op's entry (see graph_trace.hpp).
+// Where ONNX has no operator of its own in opset 17 the op is written as a few standard ones:
+// silu = x * Sigmoid(x), gelu with Erf (or Tanh for the approximate form), group_norm as
+// InstanceNormalization on [N, G, -1] followed by the per-channel affine.
+#include "dltrain/io/onnx.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <numbers>
+#include <set>
+#include <unordered_map>
+
+#include "dltrain/autograd/node.hpp"
+#include "dltrain/core/error.hpp"
+#include "dltrain/core/generator.hpp"
+#include "dltrain/ops/elementwise.hpp"
+#include "dltrain/ops/shape.hpp"
+#include "src/core/graph_trace.hpp"
+#include "src/io/onnx_model.hpp"
+
+namespace dltrain::io {
+
+namespace {
+
+using detail::OnnxInitializer;
+using detail::OnnxModel;
+using detail::OnnxNode;
+using dltrain::detail::GraphAttr;
+using dltrain::detail::TracedOp;
+
+// --- attribute access ---------------------------------------------------------------------
+
+const GraphAttr* find_attr(const TracedOp& op, const char* name) {
+  for (const auto& a : op.attrs)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+int64_t attr_i(const TracedOp& op, const char* name) {
+  const GraphAttr* a = find_attr(op, name);
+  DLTRAIN_CHECK(a && std::holds_alternative<int64_t>(a->value), "export_onnx: internal error: op ",
+                op.op, " recorded no integer attribute ", name);
+  return std::get<int64_t>(a->value);
+}
+double attr_f(const TracedOp& op, const char* name) {
+  const GraphAttr* a = find_attr(op, name);
+  DLTRAIN_CHECK(a && std::holds_alternative<double>(a->value), "export_onnx: internal error: op ",
+                op.op, " recorded no real attribute ", name);
+  return std::get<double>(a->value);
+}
+std::vector<int64_t> attr_ints(const TracedOp& op, const char* name) {
+  const GraphAttr* a = find_attr(op, name);
+  DLTRAIN_CHECK(a && std::holds_alternative<std::vector<int64_t>>(a->value),
+                "export_onnx: internal error: op ", op.op, " recorded no list attribute ", name);
+  return std::get<std::vector<int64_t>>(a->value);
+}
+std::string attr_s(const TracedOp& op, const char* name) {
+  const GraphAttr* a = find_attr(op, name);
+  DLTRAIN_CHECK(a && std::holds_alternative<std::string>(a->value),
+                "export_onnx: internal error: op ", op.op, " recorded no string attribute ", name);
+  return std::get<std::string>(a->value);
+}
+
+// --- the graph under construction ------------------------------------------------------------
+
+class Builder {
+ public:
+  Builder(OnnxModel& m, bool dynamic_batch) : m_(m), dynamic_(dynamic_batch) {}
+
+  bool dynamic() const { return dynamic_; }
+
+  /// Names a tensor: a graph input or parameter/buffer by the name given here.
+  void name_known(const Tensor& t, const std::string& name, bool initializer) {
+    names_[t.impl().get()] = name;
+    if (initializer) pending_[t.impl().get()] = {name, t};
+  }
+
+  /// The graph value of `t`; "" for an undefined tensor (an absent optional input).
+  std::string value(const Tensor& t) {
+    if (!t.defined()) return "";
+    const TensorImpl* k = t.impl().get();
+    if (auto p = pending_.find(k); p != pending_.end()) {  // first use of a parameter/buffer
+      add_initializer(p->second.first, p->second.second);
+      pending_.erase(p);
+    }
+    if (auto it = names_.find(k); it != names_.end()) return it->second;
+    const std::string name = "const_" + std::to_string(consts_++);
+    add_initializer(name, t);
+    names_[k] = name;
+    keep_.push_back(t);  // names_ is keyed by address: no other tensor may take this one's
+    return name;
+  }
+
+  /// Appends a node and returns its first output's name (fresh names "<op_type>_<n>").
+  std::string node(const std::string& op_type, std::vector<std::string> inputs,
+                   std::vector<GraphAttr> attrs = {}, int n_outputs = 1) {
+    OnnxNode n;
+    n.op_type = op_type;
+    n.name = op_type + "_" + std::to_string(nodes_++);
+    n.inputs = std::move(inputs);
+    for (int i = 0; i < n_outputs; ++i)
+      n.outputs.push_back(n_outputs == 1 ? n.name : n.name + "_" + std::to_string(i));
+    n.attrs = std::move(attrs);
+    m_.nodes.push_back(std::move(n));
+    return m_.nodes.back().outputs[0];
+  }
+
+  /// `t` is the value `name` from now on (an op's output).
+  void bind(const Tensor& t, const std::string& name) {
+    pending_.erase(t.impl().get());
+    names_[t.impl().get()] = name;
+  }
+
+  /// A constant initializer from host values.
+  std::string const_i64(const std::vector<int64_t>& v) {
+    return value(from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}));
+  }
+  std::string const_f32(const std::vector<float>& v) {
+    return value(from_vector<float>(v, {static_cast<int64_t>(v.size())}));
+  }
+  /// A 0-d constant of dtype `dt`.
+  std::string scalar(double v, DType dt) { return value(full({}, v, TensorOptions(dt))); }
+
+  /// `name` (of dtype `from`) as dtype `to` (a Cast node when they differ).
+  std::string cast(const std::string& name, DType from, DType to) {
+    if (from == to || name.empty()) return name;
+    return node("Cast", {name}, {{"to", static_cast<int64_t>(onnx_type(to))}});
+  }
+
+  static int onnx_type(DType t) {
+    switch (t) {
+      case DType::f32:
+        return 1;
+      case DType::u8:
+        return 2;
+      case DType::i32:
+        return 6;
+      case DType::i64:
+        return 7;
+      case DType::b8:
+        return 9;
+      case DType::f16:
+        return 10;
+      case DType::f64:
+        return 11;
+      case DType::bf16:
+        return 16;
+    }
+    return 0;
+  }
+
+  /// Renames value `from` to `to` everywhere (the requested output names).
+  void rename(const std::string& from, const std::string& to) {
+    for (auto& n : m_.nodes) {
+      for (auto& i : n.inputs)
+        if (i == from) i = to;
+      for (auto& o : n.outputs)
+        if (o == from) o = to;
+    }
+    for (auto& [k, v] : names_)
+      if (v == from) v = to;
+  }
+
+  bool is_initializer_or_input(const std::string& name) const {
+    for (const auto& i : m_.initializers)
+      if (i.name == name) return true;
+    for (const auto& i : m_.inputs)
+      if (i.name == name) return true;
+    return false;
+  }
+
+ private:
+  void add_initializer(const std::string& name, const Tensor& t) {
+    Tensor v = t.detach().to(Device::cpu()).contiguous();
+    if (v.impl() == t.impl()) v = v.clone();  // a snapshot, not the live parameter
+    m_.initializers.push_back(OnnxInitializer{name, v});
+  }
+
+  OnnxModel& m_;
+  bool dynamic_;
+  std::unordered_map<const TensorImpl*, std::string> names_;
+  std::unordered_map<const TensorImpl*, std::pair<std::string, Tensor>> pending_;
+  std::vector<Tensor> keep_;
+  int64_t consts_ = 0, nodes_ = 0;
+};
+
+// --- the op mappings ---------------------------------------------------------------------
+
+using Mapping = void (*)(Builder&, const TracedOp&);
+
+const Tensor& in(const TracedOp& op, size_t i) { return op.inputs.at(i); }
+const Tensor& out(const TracedOp& op, size_t i = 0) { return op.outputs.at(i); }
+
+std::vector<int64_t> pads_of(const std::vector<int64_t>& hw) {
+  return {hw[0], hw[1], hw[0], hw[1]};
+}
+
+// The inputs of an elementwise op, cast to the output's dtype (ONNX wants equal types where
+// dltrain promotes).
+std::vector<std::string> promoted(Builder& b, const TracedOp& op) {
+  std::vector<std::string> v;
+  for (const Tensor& t : op.inputs) v.push_back(b.cast(b.value(t), t.dtype(), out(op).dtype()));
+  return v;
+}
+
+void unary(Builder& b, const TracedOp& op, const char* type) {
+  b.bind(out(op), b.node(type, {b.value(in(op, 0))}));
+}
+
+void map_add_sub(Builder& b, const TracedOp& op) {
+  auto v = promoted(b, op);
+  const double alpha = attr_f(op, "alpha");
+  if (alpha != 1.0) v[1] = b.node("Mul", {v[1], b.scalar(alpha, out(op).dtype())});
+  b.bind(out(op), b.node(op.op == "add" ? "Add" : "Sub", v));
+}
+
+void map_binary(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node(op.op == "mul" ? "Mul" : "Div", promoted(b, op)));
+}
+
+void map_conv(Builder& b, const TracedOp& op) {
+  const Tensor& w = in(op, 1);
+  b.bind(out(op), b.node("Conv", {b.value(in(op, 0)), b.value(w), b.value(in(op, 2))},
+                         {{"kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)}},
+                          {"strides", attr_ints(op, "stride")},
+                          {"pads", pads_of(attr_ints(op, "padding"))},
+                          {"dilations", attr_ints(op, "dilation")},
+                          {"group", attr_i(op, "groups")}}));
+}
+
+void map_conv_transpose(Builder& b, const TracedOp& op) {
+  const Tensor& w = in(op, 1);
+  b.bind(out(op), b.node("ConvTranspose", {b.value(in(op, 0)), b.value(w), b.value(in(op, 2))},
+                         {{"kernel_shape", std::vector<int64_t>{w.size(2), w.size(3)}},
+                          {"strides", attr_ints(op, "stride")},
+                          {"pads", pads_of(attr_ints(op, "padding"))},
+                          {"output_padding", attr_ints(op, "output_padding")},
+                          {"dilations", attr_ints(op, "dilation")},
+                          {"group", attr_i(op, "groups")}}));
+}
+
+void map_linear(Builder& b, const TracedOp& op) {
+  const Tensor &x = in(op, 0), &w = in(op, 1), &bias = in(op, 2);
+  if (x.dim() == 2) {
+    b.bind(out(op), b.node("Gemm", {b.value(x), b.value(w), b.value(bias)}, {{"transB", 1}}));
+    return;
+  }
+  std::string y = b.node("MatMul", {b.value(x), b.node("Transpose", {b.value(w)},
+                                                       {{"perm", std::vector<int64_t>{1, 0}}})});
+  if (bias.defined()) y = b.node("Add", {y, b.value(bias)});
+  b.bind(out(op), y);
+}
+
+void map_matmul(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("MatMul", {b.value(in(op, 0)), b.value(in(op, 1))}));
+}
+
+void map_batch_norm(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const int64_t C = x.size(1);
+  const TensorOptions o(x.dtype());
+  const std::string w = in(op, 1).defined() ? b.value(in(op, 1)) : b.value(ones({C}, o));
+  const std::string bias = in(op, 2).defined() ? b.value(in(op, 2)) : b.value(zeros({C}, o));
+  b.bind(out(op),
+         b.node("BatchNormalization", {b.value(x), w, bias, b.value(in(op, 3)), b.value(in(op, 4))},
+                {{"epsilon", attr_f(op, "eps")}}));
+}
+
+void map_layer_norm(Builder& b, const TracedOp& op) {
+  const Shape ns = attr_ints(op, "normalized_shape");
+  const std::string w =
+      in(op, 1).defined() ? b.value(in(op, 1)) : b.value(ones(ns, in(op, 0).dtype()));
+  b.bind(out(op),
+         b.node("LayerNormalization", {b.value(in(op, 0)), w, b.value(in(op, 2))},
+                {{"axis", -static_cast<int64_t>(ns.size())}, {"epsilon", attr_f(op, "eps")}}));
+}
+
+// GroupNormalization is opset 18: InstanceNormalization over [N, G, -1] gives each (n, group)
+// its mean and variance; then the per-channel scale and shift.
+void map_group_norm(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const int64_t G = attr_i(op, "num_groups"), C = x.size(1);
+  const TensorOptions o(x.dtype());
+  const std::string xv = b.value(x);
+  std::string y = b.node("Reshape", {xv, b.const_i64({b.dynamic() ? 0 : x.size(0), G, -1})});
+  y = b.node("InstanceNormalization", {y, b.value(ones({G}, o)), b.value(zeros({G}, o))},
+             {{"epsilon", attr_f(op, "eps")}});
+  y = b.node("Reshape", {y, b.node("Shape", {xv})});
+  Shape per_channel(static_cast<size_t>(x.dim() - 1), 1);
+  per_channel[0] = C;
+  if (in(op, 1).defined())
+    y = b.node("Mul", {y, b.node("Reshape", {b.value(in(op, 1)), b.const_i64(per_channel)})});
+  if (in(op, 2).defined())
+    y = b.node("Add", {y, b.node("Reshape", {b.value(in(op, 2)), b.const_i64(per_channel)})});
+  b.bind(out(op), y);
+}
+
+void map_leaky_relu(Builder& b, const TracedOp& op) {
+  b.bind(out(op),
+         b.node("LeakyRelu", {b.value(in(op, 0))}, {{"alpha", attr_f(op, "negative_slope")}}));
+}
+
+void map_silu(Builder& b, const TracedOp& op) {
+  const std::string x = b.value(in(op, 0));
+  b.bind(out(op), b.node("Mul", {x, b.node("Sigmoid", {x})}));
+}
+
+void map_gelu(Builder& b, const TracedOp& op) {
+  const DType dt = in(op, 0).dtype();
+  const std::string x = b.value(in(op, 0));
+  std::string inner;
+  if (attr_i(op, "approximate")) {  // tanh(sqrt(2/pi) (x + 0.044715 x^3))
+    const std::string x3 = b.node("Mul", {b.node("Mul", {x, x}), x});
+    const std::string s = b.node("Add", {x, b.node("Mul", {x3, b.scalar(0.044715, dt)})});
+    inner = b.node("Tanh", {b.node("Mul", {s, b.scalar(std::sqrt(2.0 / std::numbers::pi), dt)})});
+  } else {  // erf(x / sqrt(2))
+    inner = b.node("Erf", {b.node("Div", {x, b.scalar(std::numbers::sqrt2, dt)})});
+  }
+  const std::string half_x = b.node("Mul", {x, b.scalar(0.5, dt)});
+  b.bind(out(op), b.node("Mul", {half_x, b.node("Add", {inner, b.scalar(1.0, dt)})}));
+}
+
+void map_max_pool(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("MaxPool", {b.value(in(op, 0))},
+                         {{"kernel_shape", attr_ints(op, "kernel")},
+                          {"strides", attr_ints(op, "stride")},
+                          {"pads", pads_of(attr_ints(op, "padding"))},
+                          {"dilations", attr_ints(op, "dilation")},
+                          {"ceil_mode", attr_i(op, "ceil_mode")}}));
+}
+
+void map_avg_pool(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("AveragePool", {b.value(in(op, 0))},
+                         {{"kernel_shape", attr_ints(op, "kernel")},
+                          {"strides", attr_ints(op, "stride")},
+                          {"pads", pads_of(attr_ints(op, "padding"))},
+                          {"ceil_mode", attr_i(op, "ceil_mode")},
+                          {"count_include_pad", attr_i(op, "count_include_pad")}}));
+}
+
+void map_adaptive_avg_pool(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const int64_t H = x.size(-2), W = x.size(-1), Ho = out(op).size(-2), Wo = out(op).size(-1);
+  if (Ho == 1 && Wo == 1) {
+    b.bind(out(op), b.node("GlobalAveragePool", {b.value(x)}));
+    return;
+  }
+  const std::vector<int64_t> k{H / Ho, W / Wo};
+  b.bind(out(op), b.node("AveragePool", {b.value(x)}, {{"kernel_shape", k}, {"strides", k}}));
+}
+
+void map_softmax(Builder& b, const TracedOp& op) {
+  const int64_t axis = wrap_dim(attr_i(op, "dim"), in(op, 0).dim(), "softmax");
+  b.bind(out(op), b.node(op.op == "softmax" ? "Softmax" : "LogSoftmax", {b.value(in(op, 0))},
+                         {{"axis", axis}}));
+}
+
+void map_dropout(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("Identity", {b.value(in(op, 0))}));
+}
+
+// view, reshape, squeeze, unsqueeze, flatten: a Reshape to the output's shape. With a dynamic
+// batch a reshape that keeps dim 0 copies it from its input (0 in ONNX's shape).
+void map_reshape(Builder& b, const TracedOp& op) {
+  const Tensor &x = in(op, 0), &y = out(op);
+  if (op.op == "flatten" && x.dim() >= 2 && y.dim() == 2 &&
+      wrap_dim(attr_i(op, "start_dim"), x.dim(), "flatten") == 1 &&
+      wrap_dim(attr_i(op, "end_dim"), x.dim(), "flatten") == x.dim() - 1) {
+    b.bind(y, b.node("Flatten", {b.value(x)}, {{"axis", 1}}));
+    return;
+  }
+  std::vector<int64_t> shape(y.shape().begin(), y.shape().end());
+  if (b.dynamic() && x.dim() > 0 && y.dim() > 0 && x.size(0) == y.size(0)) shape[0] = 0;
+  b.bind(y, b.node("Reshape", {b.value(x), b.const_i64(shape)}));
+}
+
+void map_permute(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const int64_t n = x.dim();
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  if (op.op == "permute") {
+    const auto dims = attr_ints(op, "dims");
+    for (int64_t i = 0; i < n; ++i) perm[i] = wrap_dim(dims[i], n, "permute");
+  } else if (op.op == "transpose") {
+    if (n > 0)
+      std::swap(perm[wrap_dim(attr_i(op, "dim0"), n, "transpose")],
+                perm[wrap_dim(attr_i(op, "dim1"), n, "transpose")]);
+  } else if (n == 2) {  // t()
+    perm = {1, 0};
+  }
+  b.bind(out(op), b.node("Transpose", {b.value(x)}, {{"perm", perm}}));
+}
+
+// Expand to the output's shape, with 1 wherever the input already has that size (so that a
+// dynamic batch dim carries through).
+void map_expand(Builder& b, const TracedOp& op) {
+  const Tensor &x = in(op, 0), &y = out(op);
+  std::vector<int64_t> shape(y.shape().begin(), y.shape().end());
+  const int64_t lead = y.dim() - x.dim();
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (x.size(i) == y.size(lead + i)) shape[lead + i] = 1;
+  b.bind(y, b.node("Expand", {b.value(x), b.const_i64(shape)}));
+}
+
+void map_cat(Builder& b, const TracedOp& op) {
+  std::vector<std::string> v;
+  for (const Tensor& t : op.inputs) v.push_back(b.cast(b.value(t), t.dtype(), out(op).dtype()));
+  const int64_t axis = wrap_dim(attr_i(op, "dim"), out(op).dim(), "cat");
+  b.bind(out(op), b.node("Concat", v, {{"axis", axis}}));
+}
+
+// clone, contiguous, to (dtype or device): the same values, or a Cast.
+void map_copy(Builder& b, const TracedOp& op) {
+  const Tensor &x = in(op, 0), &y = out(op);
+  if (x.dtype() != y.dtype())
+    b.bind(y, b.cast(b.value(x), x.dtype(), y.dtype()));
+  else
+    b.bind(y, b.node("Identity", {b.value(x)}));
+}
+
+void map_interpolate(Builder& b, const TracedOp& op) {
+  const Tensor &x = in(op, 0), &y = out(op);
+  const bool nearest = attr_s(op, "mode") == "nearest";
+  // PyTorch's source coordinates use the scale factor as given, or in/out for a size.
+  const double sh = attr_f(op, "scale_h") > 0 ? attr_f(op, "scale_h")
+                                              : static_cast<double>(y.size(2)) / x.size(2);
+  const double sw = attr_f(op, "scale_w") > 0 ? attr_f(op, "scale_w")
+                                              : static_cast<double>(y.size(3)) / x.size(3);
+  std::vector<GraphAttr> attrs;
+  if (nearest) {
+    attrs = {{"mode", "nearest"},
+             {"coordinate_transformation_mode", "asymmetric"},
+             {"nearest_mode", "floor"}};
+  } else {
+    attrs = {{"mode", "linear"},
+             {"coordinate_transformation_mode",
+              attr_i(op, "align_corners") ? "align_corners" : "pytorch_half_pixel"}};
+  }
+  const std::string scales =
+      b.const_f32({1.0f, 1.0f, static_cast<float>(sh), static_cast<float>(sw)});
+  b.bind(y, b.node("Resize", {b.value(x), "", scales}, attrs));
+}
+
+void map_reduce(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  std::vector<int64_t> axes;
+  for (int64_t d : attr_ints(op, "dims")) axes.push_back(wrap_dim(d, x.dim(), op.op.c_str()));
+  const int64_t keep = attr_i(op, "keepdim");
+  const std::string xv = b.cast(b.value(x), x.dtype(), out(op).dtype());
+  if (op.op == "sum") {  // opset 13: axes is an input
+    std::vector<std::string> ins{xv};
+    if (!axes.empty()) ins.push_back(b.const_i64(axes));
+    b.bind(out(op), b.node("ReduceSum", ins, {{"keepdims", keep}}));
+  } else {  // ReduceMean keeps axes as an attribute until opset 18
+    std::vector<GraphAttr> attrs{{"keepdims", keep}};
+    if (!axes.empty()) attrs.emplace_back("axes", axes);
+    b.bind(out(op), b.node("ReduceMean", {xv}, attrs));
+  }
+}
+
+// What the mappings cannot express, checked as each op is recorded (inside the op, so that a
+// module called as m(x) adds its path to the error).
+void check_traced(const TracedOp& op) {
+  if (op.op == "batch_norm") {
+    DLTRAIN_CHECK(!attr_i(op, "training") && in(op, 3).defined() && in(op, 4).defined(),
+                  "export_onnx: batch_norm with batch statistics (training mode, or a BatchNorm "
+                  "without running statistics, track_running_stats = false) cannot be exported: "
+                  "ONNX's BatchNormalization normalises with running statistics; export the "
+                  "model in eval mode with running statistics");
+  } else if (op.op == "dropout") {
+    DLTRAIN_CHECK(!attr_i(op, "training") || attr_f(op, "p") == 0.0,
+                  "export_onnx: dropout in training mode (p = ", attr_f(op, "p"),
+                  ") cannot be exported; call it with training = is_training(), as nn::Dropout "
+                  "does, so that the exported eval-mode forward skips it");
+  }
+  if ((op.op == "max_pool2d" || op.op == "avg_pool2d" || op.op == "adaptive_avg_pool2d") &&
+      in(op, 0).dim() != 4) {
+    // ONNX's pools read [C, H, W] as a batch of 1-d signals.
+    DLTRAIN_FAIL("export_onnx: ", op.op, " on a ", in(op, 0).dim(), "-d input (shape ",
+                 shape_str(in(op, 0).shape()),
+                 ") cannot be exported: ONNX pools [N, C, H, W]; add the batch dim with "
+                 "unsqueeze(0) before the pool");
+  }
+  if (op.op == "adaptive_avg_pool2d") {
+    const int64_t H = in(op, 0).size(-2), W = in(op, 0).size(-1);
+    const int64_t Ho = out(op).size(-2), Wo = out(op).size(-1);
+    DLTRAIN_CHECK((Ho == 1 && Wo == 1) || (H % Ho == 0 && W % Wo == 0),
+                  "export_onnx: adaptive_avg_pool2d from ", H, "x", W, " to ", Ho, "x", Wo,
+                  " has windows of different sizes, which no ONNX operator computes; export "
+                  "with an input size that is a multiple of the output size");
+  }
+}
+
+const std::map<std::string, Mapping, std::less<>>& mappings() {
+  static const std::map<std::string, Mapping, std::less<>> m = {
+      {"conv2d", map_conv},
+      {"conv_transpose2d", map_conv_transpose},
+      {"linear", map_linear},
+      {"mm", map_matmul},
+      {"bmm", map_matmul},
+      {"matmul", map_matmul},
+      {"batch_norm", map_batch_norm},
+      {"layer_norm", map_layer_norm},
+      {"group_norm", map_group_norm},
+      {"add", map_add_sub},
+      {"sub", map_add_sub},
+      {"mul", map_binary},
+      {"div", map_binary},
+      {"neg", [](Builder& b, const TracedOp& op) { unary(b, op, "Neg"); }},
+      {"exp", [](Builder& b, const TracedOp& op) { unary(b, op, "Exp"); }},
+      {"log", [](Builder& b, const TracedOp& op) { unary(b, op, "Log"); }},
+      {"sqrt", [](Builder& b, const TracedOp& op) { unary(b, op, "Sqrt"); }},
+      {"abs", [](Builder& b, const TracedOp& op) { unary(b, op, "Abs"); }},
+      {"relu", [](Builder& b, const TracedOp& op) { unary(b, op, "Relu"); }},
+      {"relu_", [](Builder& b, const TracedOp& op) { unary(b, op, "Relu"); }},
+      {"sigmoid", [](Builder& b, const TracedOp& op) { unary(b, op, "Sigmoid"); }},
+      {"tanh", [](Builder& b, const TracedOp& op) { unary(b, op, "Tanh"); }},
+      {"leaky_relu", map_leaky_relu},
+      {"silu", map_silu},
+      {"gelu", map_gelu},
+      {"max_pool2d", map_max_pool},
+      {"avg_pool2d", map_avg_pool},
+      {"adaptive_avg_pool2d", map_adaptive_avg_pool},
+      {"softmax", map_softmax},
+      {"log_softmax", map_softmax},
+      {"dropout", map_dropout},
+      {"view", map_reshape},
+      {"reshape", map_reshape},
+      {"squeeze", map_reshape},
+      {"unsqueeze", map_reshape},
+      {"flatten", map_reshape},
+      {"permute", map_permute},
+      {"transpose", map_permute},
+      {"t", map_permute},
+      {"expand", map_expand},
+      {"cat", map_cat},
+      {"clone", map_copy},
+      {"contiguous", map_copy},
+      {"to", map_copy},
+      {"interpolate", map_interpolate},
+      {"sum", map_reduce},
+      {"mean", map_reduce},
+  };
+  return m;
+}
+
+// --- export --------------------------------------------------------------------------------
+
+std::vector<std::string> names_or(const std::vector<std::string>& given, size_t n, const char* base,
+                                  const char* what) {
+  if (!given.empty()) {
+    DLTRAIN_CHECK(given.size() == n, "export_onnx: ", given.size(), " ", what, " names given for ",
+                  n, " ", what, "s; give one name per ", what, " or none");
+    return given;
+  }
+  if (n == 1) return {base};
+  std::vector<std::string> v;
+  for (size_t i = 0; i < n; ++i) v.push_back(std::string(base) + "_" + std::to_string(i));
+  return v;
+}
+
+// Restores every module's training flag (export_onnx runs the forward in eval mode).
+class EvalScope {
+ public:
+  explicit EvalScope(nn::Module* m) {
+    if (!m) return;
+    for (const auto& nm : m->named_modules())
+      modes_.emplace_back(nm.second, nm.second->is_training());
+    m->eval();
+  }
+  ~EvalScope() {
+    for (auto& [module, training] : modes_) module->train(training);  // pre-order: parents first
+  }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  std::vector<std::pair<std::shared_ptr<nn::Module>, bool>> modes_;
+};
+
+struct Trace {
+  std::vector<TracedOp> ops;
+  std::vector<Tensor> outputs;
+};
+
+// One traced forward (eval mode and no gradients are the caller's).
+Trace run_trace(const OnnxForward& forward, const std::vector<Tensor>& inputs,
+                const std::vector<Tensor>& weights) {
+  std::vector<Tensor> known = inputs;
+  known.insert(known.end(), weights.begin(), weights.end());
+  Trace t;
+  dltrain::detail::GraphTracer tracer(
+      [](std::string_view name) { return mappings().count(name) > 0; }, check_traced, known);
+  t.outputs = forward(inputs);
+  DLTRAIN_CHECK(tracer.failure().empty(), tracer.failure());
+  t.ops = tracer.ops();
+  return t;
+}
+
+// The example inputs with other values (and one more item when the batch is dynamic), for the
+// second trace. Integer inputs (indices) keep their values.
+std::vector<Tensor> other_inputs(const std::vector<Tensor>& inputs, bool grow_batch) {
+  Generator gen(0x0dd5eed);  // its own stream: the caller's random state is not touched
+  std::vector<Tensor> v;
+  for (const Tensor& x0 : inputs) {
+    Tensor x = x0.detach();
+    if (grow_batch) x = cat({x, x.narrow(0, 0, 1)}, 0);
+    if (is_floating(x.dtype()))
+      x = add(mul(x, -0.5),
+              randn(x.shape(), TensorOptions(x.dtype()).with_device(x.device()), &gen));
+    else
+      x = x.clone();
+    v.push_back(x);
+  }
+  return v;
+}
+
+// Where each tensor an op reads comes from, in one trace: "input 0", "weight fc.bias",
+// "output 1 of op 7", or "" (a constant).
+class Sources {
+ public:
+  Sources(const Trace& t, const std::vector<Tensor>& inputs, const nn::NamedTensors& weights) {
+    for (size_t i = 0; i < inputs.size(); ++i) add(inputs[i], "input " + std::to_string(i));
+    for (const auto& w : weights) add(w.second, "weight " + w.first);
+    for (size_t k = 0; k < t.ops.size(); ++k) {
+      for (const Tensor& x : t.ops[k].inputs) desc_.push_back(of(x));
+      for (size_t n = 0; n < t.ops[k].outputs.size(); ++n)
+        add(t.ops[k].outputs[n], "output " + std::to_string(n) + " of op " + std::to_string(k) +
+                                     " (" + t.ops[k].op + ")");
+    }
+  }
+  /// The sources of every op input, in trace order.
+  const std::vector<std::string>& inputs_desc() const { return desc_; }
+
+ private:
+  void add(const Tensor& t, std::string what) {
+    if (t.defined()) where_[t.impl().get()] = std::move(what);
+  }
+  std::string of(const Tensor& t) const {
+    if (!t.defined()) return "absent";
+    auto it = where_.find(t.impl().get());
+    return it == where_.end() ? "" : it->second;
+  }
+  std::unordered_map<const TensorImpl*, std::string> where_;
+  std::vector<std::string> desc_;
+};
+
+std::string shape_text(const Tensor& t) { return t.defined() ? shape_str(t.shape()) : "none"; }
+
+// Equal shapes, but for dim 0 being the batch size of each trace.
+bool same_shape(const Tensor& a, const Tensor& b, int64_t ba, int64_t bb) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a.dim() != b.dim()) return false;
+  for (int64_t i = 0; i < a.dim(); ++i)
+    if (a.size(i) != b.size(i) && !(i == 0 && a.size(0) == ba && b.size(0) == bb)) return false;
+  return true;
+}
+
+bool same_attrs(const TracedOp& a, const TracedOp& b) {
+  if (a.attrs.size() != b.attrs.size()) return false;
+  for (size_t i = 0; i < a.attrs.size(); ++i)
+    if (a.attrs[i].name != b.attrs[i].name || a.attrs[i].value != b.attrs[i].value) return false;
+  return true;
+}
+
+// The forward's graph must not depend on the input's values (nor, with a dynamic batch, on its
+// batch size beyond dim 0 of the tensors): the second trace, on other values (and one more
+// item), must run the same ops on the same sources, with the same constants.
+void compare_traces(const Trace& a, const Trace& b, const std::vector<Tensor>& in_a,
+                    const std::vector<Tensor>& in_b, const nn::NamedTensors& weights) {
+  const int64_t ba = in_a[0].dim() > 0 ? in_a[0].size(0) : 0;
+  const int64_t bb = in_b[0].dim() > 0 ? in_b[0].size(0) : 0;
+  const std::string inputs_text =
+      ba == bb ? "two inputs with other values"
+               : "two inputs of batch " + std::to_string(ba) + " and " + std::to_string(bb);
+  const char* fix =
+      ": the exported graph would be wrong for some inputs. Make the forward's ops independent "
+      "of the input's values (no branch on item() or on values read from the tensor)";
+  const char* batch_fix =
+      ba == bb ? ""
+               : ", and with dynamic_batch keep the batch in dim 0 of every tensor (a view "
+                 "that folds it into another dim, or a tensor built from x.size(0), is fixed "
+                 "to the example's batch size), or export without dynamic_batch";
+  const size_t n = std::min(a.ops.size(), b.ops.size());
+  const Sources sa(a, in_a, weights), sb(b, in_b, weights);
+  size_t j = 0;  // index into the flat input-source lists
+  for (size_t k = 0; k < n; ++k) {
+    const TracedOp &x = a.ops[k], &y = b.ops[k];
+    DLTRAIN_CHECK(x.op == y.op && x.inputs.size() == y.inputs.size() && same_attrs(x, y),
+                  "export_onnx: the forward ran different ops for ", inputs_text, " (op ", k, ": '",
+                  x.op, "' then '", y.op, "', or other attributes)", fix, batch_fix);
+    for (size_t i = 0; i < x.inputs.size(); ++i, ++j) {
+      const std::string& wa = sa.inputs_desc()[j];
+      const std::string& wb = sb.inputs_desc()[j];
+      DLTRAIN_CHECK(wa == wb, "export_onnx: op ", k, " ('", x.op, "') read ",
+                    wa.empty() ? "a constant" : wa, " for one input and ",
+                    wb.empty() ? "a constant" : wb, " for the other, for ", inputs_text, fix,
+                    batch_fix);
+      const Tensor &ta = x.inputs[i], &tb = y.inputs[i];
+      DLTRAIN_CHECK(same_shape(ta, tb, ba, bb), "export_onnx: input ", i, " of op ", k, " ('", x.op,
+                    "') has shape ", shape_text(ta), " and ", shape_text(tb), " for ", inputs_text,
+                    fix, batch_fix);
+      if (wa.empty() && ta.defined()) {  // a constant: the same values both times
+        const Tensor ca = ta.detach().to(Device::cpu()).contiguous();
+        const Tensor cb = tb.detach().to(Device::cpu()).contiguous();
+        DLTRAIN_CHECK(ca.dtype() == cb.dtype() && ca.shape() == cb.shape() &&
+                          std::memcmp(ca.data_ptr(), cb.data_ptr(),
+                                      static_cast<size_t>(ca.numel()) * ca.element_size()) == 0,
+                      "export_onnx: input ", i, " of op ", k, " ('", x.op,
+                      "') is a constant built in the forward whose value or shape differs for ",
+                      inputs_text, " (it was computed from the input outside the traced ops)", fix,
+                      batch_fix);
+      }
+    }
+    for (size_t o = 0; o < std::min(x.outputs.size(), y.outputs.size()); ++o)
+      DLTRAIN_CHECK(same_shape(x.outputs[o], y.outputs[o], ba, bb), "export_onnx: op ", k, " ('",
+                    x.op, "') gives shape ", shape_text(x.outputs[o]), " and ",
+                    shape_text(y.outputs[o]), " for ", inputs_text, fix, batch_fix);
+  }
+  DLTRAIN_CHECK(a.ops.size() == b.ops.size(), "export_onnx: the forward ran ", a.ops.size(),
+                " ops for one input and ", b.ops.size(), " for the other, for ", inputs_text, fix,
+                batch_fix);
+}
+
+void export_impl(nn::Module* model, const OnnxForward& forward, const std::vector<Tensor>& inputs,
+                 const std::string& path, const OnnxExportOptions& opt) {
+  DLTRAIN_CHECK(detail::onnx_writer_available(),
+                "export_onnx: this dltrain was built without ONNX support, which needs protobuf "
+                "and ONNX's onnx.proto; install libprotobuf-dev protobuf-compiler libonnx-dev "
+                "(Debian) and reconfigure with -DDLTRAIN_PROTOBUF=ON");
+  DLTRAIN_CHECK(opt.opset == 17, "export_onnx: opset ", opt.opset,
+                " is not supported; this version writes opset 17 (OnnxExportOptions::opset)");
+  DLTRAIN_CHECK(!inputs.empty(), "export_onnx: give at least one example input");
+  DLTRAIN_CHECK(!path.empty(), "export_onnx: empty output path");
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  DLTRAIN_CHECK(parent.empty() || std::filesystem::is_directory(parent),
+                "export_onnx: cannot write ", path, ": the folder ", parent.string(),
+                " does not exist; create it first");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    DLTRAIN_CHECK(inputs[i].defined(), "export_onnx: example input ", i, " is undefined");
+    for (size_t j = 0; j < i; ++j)
+      DLTRAIN_CHECK(inputs[i].impl() != inputs[j].impl(), "export_onnx: example inputs ", j,
+                    " and ", i, " are the same tensor; pass distinct tensors (clone one)");
+    DLTRAIN_CHECK(!opt.dynamic_batch || inputs[i].dim() >= 1,
+                  "export_onnx: dynamic_batch needs "
+                  "inputs with a batch dim, but example input ",
+                  i, " is 0-d");
+  }
+  const auto input_names = names_or(opt.input_names, inputs.size(), "input", "input");
+
+  OnnxModel m;
+  m.graph_name = opt.graph_name;
+  m.opset = opt.opset;
+  Builder b(m, opt.dynamic_batch);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    b.name_known(inputs[i], input_names[i], false);
+    m.inputs.push_back({input_names[i], inputs[i].dtype(), inputs[i].shape(), opt.dynamic_batch});
+  }
+  nn::NamedTensors weights;  // parameters, then buffers; a tensor registered twice: its first name
+  std::vector<Tensor> weight_tensors;
+  if (model) {
+    std::set<const TensorImpl*> seen;
+    for (const auto& named : {model->named_parameters(), model->named_buffers()})
+      for (const auto& nt : named)
+        if (nt.second.defined() && seen.insert(nt.second.impl().get()).second) {
+          b.name_known(nt.second, nt.first, true);
+          weights.push_back(nt);
+          weight_tensors.push_back(nt.second);
+        }
+  }
+
+  Trace trace;
+  {
+    EvalScope eval(model);
+    autograd::NoGradGuard no_grad;
+    trace = run_trace(forward, inputs, weight_tensors);
+    if (opt.check_graph) {
+      const std::vector<Tensor> other = other_inputs(inputs, opt.dynamic_batch);
+      const Trace second = run_trace(forward, other, weight_tensors);
+      compare_traces(trace, second, inputs, other, weights);
+    }
+  }  // no tracer is left when the mapping runs ops of its own (constants' copies)
+  const std::vector<TracedOp>& ops = trace.ops;
+  const std::vector<Tensor>& outputs = trace.outputs;
+
+  for (const TracedOp& op : ops) {
+    auto it = mappings().find(op.op);
+    DLTRAIN_CHECK(it != mappings().end(), "export_onnx: internal error: no mapping for ", op.op);
+    it->second(b, op);
+  }
+
+  DLTRAIN_CHECK(!outputs.empty(), "export_onnx: the forward returned no tensor");
+  const auto output_names = names_or(opt.output_names, outputs.size(), "output", "output");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& y = outputs[i];
+    DLTRAIN_CHECK(y.defined(), "export_onnx: output ", i, " of the forward is undefined");
+    std::string v = b.value(y);
+    const bool named = std::find(output_names.begin(), output_names.begin() + i, v) !=
+                       output_names.begin() + i;  // returned twice
+    if (named || b.is_initializer_or_input(v)) {  // an Identity gives it its own name
+      v = b.node("Identity", {v});
+      b.bind(y, v);
+    }
+    b.rename(v, output_names[i]);
+    m.outputs.push_back({output_names[i], y.dtype(), y.shape(), opt.dynamic_batch && y.dim() > 0});
+  }
+  detail::onnx_write(m, path);
+}
+
+}  // namespace
+
+void export_onnx(nn::Module& model, const std::vector<Tensor>& example_inputs,
+                 const std::string& path, const OnnxExportOptions& options) {
+  DLTRAIN_CHECK(example_inputs.size() == 1, "export_onnx: model(x) takes one input but ",
+                example_inputs.size(),
+                " example inputs were given; pass a forward function for other signatures");
+  export_impl(
+      &model, [&model](const std::vector<Tensor>& x) { return std::vector<Tensor>{model(x[0])}; },
+      example_inputs, path, options);
+}
+
+void export_onnx(nn::Module& model, const OnnxForward& forward,
+                 const std::vector<Tensor>& example_inputs, const std::string& path,
+                 const OnnxExportOptions& options) {
+  export_impl(&model, forward, example_inputs, path, options);
+}
+
+void export_onnx(const OnnxForward& forward, const std::vector<Tensor>& example_inputs,
+                 const std::string& path, const OnnxExportOptions& options) {
+  export_impl(nullptr, forward, example_inputs, path, options);
+}
+
+bool onnx_supported() { return detail::onnx_writer_available(); }
+
+}  // namespace dltrain::io

@@ -1,0 +1,228 @@
+// "[.onnx_fixture]" (hidden: run by tests/io/onnx_runtime_check.py, ctest
+// io.onnxruntime_runs_exported_models) exports models with io::export_onnx (dynamic batch) into
+// the folder $DLTRAIN_ONNX_FIXTURE and writes, for two batch sizes each, the inputs and
+// dltrain's own eval-mode outputs (raw little-endian f32) plus expect.json describing them, for
+// ONNX Runtime to be compared against. The models: ResNet-18 and ResNet-50 (the zoo, 64x64
+// images, random weights and BatchNorm running statistics), an MLP (flatten, Linear, GELU, SiLU,
+// dropout, log_softmax), a small CNN with a residual add, a grouped and dilated convolution,
+// pooling, nearest upsampling and a concatenation (a U-Net's skip), and a model of the other
+// covered layers (ConvTranspose2d, GroupNorm, LayerNorm over a permuted view, bilinear
+// upsampling, matmul, softmax, scalar arithmetic, mean), and a function of two named inputs
+// with three named outputs (one tensor returned twice). ResNet-18's weights are saved as
+// safetensors too, for the script to export them with `dltrain-convert export-onnx`.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dltrain/dltrain.hpp"
+#include "dltrain/io/onnx.hpp"
+
+using namespace dltrain;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Random weights and BatchNorm statistics, so that no layer is the identity by its init.
+void randomise(nn::Module& m) {
+  NoGradGuard ng;
+  for (auto& [name, t] : m.named_buffers()) {
+    if (name.ends_with("running_mean")) t.copy_(mul(randn(t.shape()), 0.1));
+    if (name.ends_with("running_var")) t.copy_(add(mul(rand(t.shape()), 0.5), 0.75));
+  }
+  for (auto& [name, t] : m.named_parameters())
+    if (t.dim() == 1)
+      t.copy_(add(mul(randn(t.shape()), 0.1), name.ends_with("weight") ? 1.0 : 0.0));
+}
+
+json write_array(const fs::path& dir, const std::string& file, const std::string& name,
+                 const Tensor& t0) {
+  const Tensor t = t0.detach().to(DType::f32).contiguous();
+  std::ofstream f(dir / file, std::ios::binary);
+  f.write(static_cast<const char*>(t.data_ptr()),
+          static_cast<std::streamsize>(t.numel() * sizeof(float)));
+  REQUIRE(f.good());
+  return {{"name", name},
+          {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
+          {"file", file}};
+}
+
+// Exports `model` (batch b1), then runs it in eval mode on inputs of batch b1 and b2.
+json export_case(const fs::path& dir, const std::string& name, nn::Module& model,
+                 const Shape& item_shape, int64_t b1, int64_t b2,
+                 const std::vector<std::string>& expect_initializers) {
+  auto input = [&](int64_t b) {
+    Shape s{b};
+    s.insert(s.end(), item_shape.begin(), item_shape.end());
+    return randn(s);
+  };
+  const std::string file = name + ".onnx";
+  io::export_onnx(model, {input(b1)}, (dir / file).string(), {.dynamic_batch = true});
+  REQUIRE(fs::file_size(dir / file) > 0);
+  REQUIRE(model.is_training());  // export_onnx restores the flags it changed
+  model.eval();
+  json runs = json::array();
+  for (int64_t b : {b1, b2}) {
+    NoGradGuard ng;
+    const Tensor x = input(b);
+    const Tensor y = model(x);
+    const std::string tag = name + "_b" + std::to_string(b);
+    runs.push_back({{"inputs", {write_array(dir, tag + "_in.bin", "input", x)}},
+                    {"outputs", {write_array(dir, tag + "_out.bin", "output", y)}}});
+  }
+  model.train();
+  return {{"name", name},
+          {"file", file},
+          {"runs", runs},
+          {"initializers_include", expect_initializers}};
+}
+
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
+  std::shared_ptr<nn::Dropout> drop;
+  Mlp() : Module("Mlp") {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(3 * 8 * 8, 32));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 24));
+    fc3 = register_module("fc3", std::make_shared<nn::Linear>(24, 10));
+    drop = register_module("drop", std::make_shared<nn::Dropout>(0.3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = gelu((*fc1)(x.flatten(1)));
+    h = (*drop)(silu((*fc2)(h)));
+    h = leaky_relu(h, 0.1);
+    return log_softmax((*fc3)(h), 1);
+  }
+};
+
+// A small U-Net-like CNN: stem, a residual block with a grouped dilated conv, a pooled branch
+// upsampled back and concatenated with the skip, a head.
+struct SmallCnn : nn::Module {
+  std::shared_ptr<nn::Conv2d> stem, mid, down, fuse;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<nn::Linear> head;
+  SmallCnn() : Module("SmallCnn") {
+    stem = register_module("stem",
+                           std::make_shared<nn::Conv2d>(3, 8, 3, nn::Conv2dOptions{.padding = 1}));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(8));
+    mid = register_module(
+        "mid", std::make_shared<nn::Conv2d>(
+                   8, 8, 3, nn::Conv2dOptions{.padding = 2, .dilation = 2, .groups = 2}));
+    down = register_module("down", std::make_shared<nn::Conv2d>(
+                                       8, 16, 3, nn::Conv2dOptions{.stride = 2, .padding = 1}));
+    fuse = register_module("fuse", std::make_shared<nn::Conv2d>(24, 8, 1));
+    head = register_module("head", std::make_shared<nn::Linear>(8, 5));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor s = relu((*bn)((*stem)(x)));
+    s = add(s, sigmoid((*mid)(s)));                            // residual add
+    Tensor d = max_pool2d(tanh((*down)(s)), 2);                // 16 x H/4
+    d = avg_pool2d(d, 3, 1, 1);                                // padded average
+    d = interpolate(d, {.scale_factor = 4.0});                 // nearest, back to H
+    Tensor u = relu((*fuse)(cat({s, d}, 1)));                  // the skip
+    Tensor g = adaptive_avg_pool2d(mul(sub(u, 0.5), 2.0), 1);  // GlobalAveragePool
+    return softmax((*head)(div(g.flatten(1), 3.0)), -1);
+  }
+};
+
+// The other covered layers.
+struct Extras : nn::Module {
+  std::shared_ptr<nn::ConvTranspose2d> up;
+  std::shared_ptr<nn::GroupNorm> gn;
+  std::shared_ptr<nn::LayerNorm> ln;
+  std::shared_ptr<nn::Conv2d> conv;
+  Extras() : Module("Extras") {
+    up = register_module(
+        "up",
+        std::make_shared<nn::ConvTranspose2d>(
+            4, 6, 3, nn::ConvTranspose2dOptions{.stride = 2, .padding = 1, .output_padding = 1}));
+    gn = register_module("gn", std::make_shared<nn::GroupNorm>(3, 6));
+    ln = register_module("ln", std::make_shared<nn::LayerNorm>(Shape{6}));
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(6, 6, 1));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*gn)((*up)(x));                                // [N, 6, 2H, 2W]
+    h = (*ln)(h.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});  // LayerNorm over channels
+    h = interpolate((*conv)(h), {.scale_factor = 0.5, .mode = InterpolateMode::Bilinear});
+    Tensor t = h.flatten(2);                                         // [N, 6, HW]
+    Tensor a = softmax(div(matmul(t, t.transpose(1, 2)), 4.0), -1);  // [N, 6, 6]
+    Tensor y = matmul(a, t).view({t.size(0), 6, x.size(2), x.size(3)});
+    return add(mean(y, {2, 3}), exp(neg(abs(mean(h, {2, 3})))));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
+  const char* dir_env = std::getenv("DLTRAIN_ONNX_FIXTURE");
+  REQUIRE(dir_env != nullptr);
+  if (!io::onnx_supported()) {
+    std::printf("SKIPPED: this build has no ONNX writer (protobuf, libonnx-dev)\n");
+    std::exit(4);  // onnx_runtime_check.py reports the skip (ctest's SKIP_RETURN_CODE)
+  }
+  const fs::path dir = dir_env;
+  manual_seed(32);
+  json models = json::array();
+
+  auto r18 = models::resnet18({.num_classes = 10});
+  randomise(*r18);
+  models.push_back(export_case(dir, "resnet18", *r18, {3, 64, 64}, 2, 3,
+                               {"conv1.weight", "layer1.0.bn1.running_mean",
+                                "layer4.1.conv2.weight", "fc.weight", "fc.bias"}));
+  // The same weights for `dltrain-convert export-onnx` (the script exports them again).
+  io::save_safetensors((dir / "resnet18.safetensors").string(), r18->state_dict());
+  models.back()["weights"] = "resnet18.safetensors";
+  auto r50 = models::resnet50({.num_classes = 10});
+  randomise(*r50);
+  models.push_back(export_case(dir, "resnet50", *r50, {3, 64, 64}, 1, 2,
+                               {"layer2.0.downsample.0.weight", "layer3.5.bn3.running_var"}));
+  Mlp mlp;
+  models.push_back(export_case(dir, "mlp", mlp, {3, 8, 8}, 4, 7, {"fc1.weight", "fc3.bias"}));
+  SmallCnn cnn;
+  randomise(cnn);
+  models.push_back(export_case(dir, "small_cnn", cnn, {3, 16, 16}, 2, 5,
+                               {"stem.weight", "bn.running_var", "mid.bias", "head.weight"}));
+  Extras extras;
+  randomise(extras);
+  models.push_back(
+      export_case(dir, "extras", extras, {4, 8, 8}, 2, 3, {"up.weight", "gn.weight", "ln.bias"}));
+
+  // A function of two named inputs with two named outputs, one of them returned twice.
+  {
+    auto fc = std::make_shared<nn::Linear>(5, 4);
+    io::OnnxForward two = [&fc](const std::vector<Tensor>& in) {
+      const Tensor h = tanh((*fc)(in[0]));
+      const Tensor y = add(h, mul(in[1], 0.5));
+      return std::vector<Tensor>{y, sigmoid(h), y};
+    };
+    const io::OnnxExportOptions o{.input_names = {"features", "offset"},
+                                  .output_names = {"sum", "gate", "sum_again"},
+                                  .dynamic_batch = true};
+    io::export_onnx(*fc, two, {randn({3, 5}), randn({3, 4})}, (dir / "two_io.onnx").string(), o);
+    json runs = json::array();
+    for (int64_t b : {3, 1}) {
+      NoGradGuard ng;
+      const std::vector<Tensor> in{randn({b, 5}), randn({b, 4})};
+      const std::vector<Tensor> out = two(in);
+      const std::string tag = "two_io_b" + std::to_string(b);
+      json ins = json::array(), outs = json::array();
+      for (size_t i = 0; i < in.size(); ++i)
+        ins.push_back(
+            write_array(dir, tag + "_in" + std::to_string(i) + ".bin", o.input_names[i], in[i]));
+      for (size_t i = 0; i < out.size(); ++i)
+        outs.push_back(
+            write_array(dir, tag + "_out" + std::to_string(i) + ".bin", o.output_names[i], out[i]));
+      runs.push_back({{"inputs", ins}, {"outputs", outs}});
+    }
+    models.push_back({{"name", "two_io"},
+                      {"file", "two_io.onnx"},
+                      {"runs", runs},
+                      {"initializers_include", {"weight", "bias"}}});
+  }
+
+  std::ofstream f(dir / "expect.json");
+  f << json{{"models", models}}.dump(1);
+  REQUIRE(f.good());
+}
