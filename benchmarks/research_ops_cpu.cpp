@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     Tensor logits = leaf({64, 1, 28, 28}, false), target = rand({64, 1, 28, 28});
     Tensor mu = leaf({64, 16}, false), logvar = leaf({64, 16}, false);
     bench.run("BCE(sigmoid) + KL, b64 28x28 z16", [&] {
-      Tensor rec = binary_cross_entropy(sigmoid(logits), target, {}, Reduction::Sum);
+      Tensor rec = binary_cross_entropy(sigmoid(logits), target, {.reduction = Reduction::Sum});
       Tensor kl = mul(sum(sub(sub(add(logvar, 1.0), mul(mu, mu)), exp(logvar))), -0.5);
       add(rec, kl).backward();
     });

@@ -208,11 +208,11 @@ std::vector<Sample> run_soak(const Args& a, Soak& s) {
   log_flags.tensorboard = (dir / "tensorboard").string();
   MetricsLog metrics(log_flags);
   train::Chronometer chrono;
-  StepProfiler profiler(ProfileFlags{}, /*main_process=*/false);
   amp::GradScaler scaler({.enabled = false});
   PrecisionFlags prec;
-  TrainStep step(chrono, profiler, *s.opt, scaler, s.sched.get(), prec, Device::cpu(), 0, nullptr,
-                 &metrics);
+  train::TrainStep step(
+      *s.opt, scaler,
+      step_options(prec, Device::cpu(), s.sched.get(), 0, &chrono, nullptr, nullptr, &metrics));
   std::vector<Sample> samples;
   std::vector<Tensor> leaked;
   double max_batch = 0;

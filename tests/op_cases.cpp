@@ -1090,7 +1090,7 @@ std::vector<OpCase> build() {
         [r](const V& t) { return mse_loss(t[0], t[1], r); }, xy, {0, 1}, et);
     loss2(
         std::string("binary_cross_entropy_with_logits.") + rn, {"binary_cross_entropy_with_logits"},
-        [r](const V& t) { return binary_cross_entropy_with_logits(t[0], t[1], r); },
+        [r](const V& t) { return binary_cross_entropy_with_logits(t[0], t[1], {.reduction = r}); },
         [](G& g) {
           return V{g.normal({3, 4}), g.uniform({3, 4}, 0.0, 1.0)};
         },
@@ -1108,7 +1108,7 @@ std::vector<OpCase> build() {
         [r](const V& t) { return huber_loss(t[0], t[1], r, 0.6); }, distinct_pair, {0, 1}, et);
     loss2(
         std::string("binary_cross_entropy.") + rn, {"binary_cross_entropy"},
-        [r](const V& t) { return binary_cross_entropy(t[0], t[1], Tensor(), r); },
+        [r](const V& t) { return binary_cross_entropy(t[0], t[1], {.reduction = r}); },
         [](G& g) {
           return V{g.uniform({3, 4}, 0.1, 0.9), g.uniform({3, 4}, 0.0, 1.0)};
         },
@@ -1174,7 +1174,8 @@ std::vector<OpCase> build() {
   loss2(
       "binary_cross_entropy_with_logits.pos_weight", {"binary_cross_entropy_with_logits"},
       [](const V& t) {
-        return binary_cross_entropy_with_logits(t[0], t[1], Reduction::Mean, t[2]);
+        return binary_cross_entropy_with_logits(t[0], t[1],
+                                                {.reduction = Reduction::Mean, .pos_weight = t[2]});
       },
       [](G& g) {
         return V{g.normal({3, 4}), g.uniform({3, 4}, 0.0, 1.0), g.uniform({4}, 0.5, 2.0)};
@@ -1182,7 +1183,7 @@ std::vector<OpCase> build() {
       {0, 1}, rounded(reduce(12, 3, 2), 4));
   loss2(
       "binary_cross_entropy.weight", {"binary_cross_entropy"},
-      [](const V& t) { return binary_cross_entropy(t[0], t[1], t[2]); },
+      [](const V& t) { return binary_cross_entropy(t[0], t[1], {.weight = t[2]}); },
       [](G& g) {
         return V{g.uniform({3, 4}, 0.1, 0.9), g.uniform({3, 4}, 0.0, 1.0),
                  g.uniform({4}, 0.5, 1.5)};

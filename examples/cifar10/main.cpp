@@ -143,11 +143,12 @@ int main(int argc, char** argv) {
     report["arch"] = a.arch;
     report["epochs"] = nlohmann::json::array();
     train::Chronometer chrono({.device = device});
-    StepProfiler profiler(a.prof, true);  // --profile: a few steps after warm-up
+    train::ProfileWindow profiler(a.prof.window(true));  // --profile: a few steps after warm-up
     MetricsLog metrics(a);
     train::Progress progress(progress_options(a, steps_per_epoch, /*test_every=*/0));
-    TrainStep train_step(chrono, profiler, opt, scaler, &sched, a.prec, device, 0, &progress,
-                         &metrics);
+    train::TrainStep train_step(
+        opt, scaler,
+        step_options(a.prec, device, &sched, 0, &chrono, &profiler, &progress, &metrics));
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
       train_loader.set_epoch(epoch);
@@ -159,10 +160,11 @@ int main(int argc, char** argv) {
         if (train_step.step() >= total) break;
         train_step.begin();
       }
-      const EpochTally train = train_step.end_epoch();
+      const train::EpochTally train = train_step.end_epoch();
       const double train_time = train.seconds, train_loss = train.mean_loss(),
                    ips = train.throughput();
-      const ClassifierFigures test = evaluate_classifier(*model, test_loader, device, a.prec);
+      const train::ClassifierFigures test =
+          train::evaluate_classifier(*model, test_loader, a.prec.evaluate_options(device));
       std::printf(
           "epoch %lld/%lld  time %.1f s  train loss %.4f  test loss %.4f  test acc %.2f%%  "
           "throughput %.1f img/s\n",

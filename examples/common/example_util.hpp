@@ -1,8 +1,7 @@
 // Helpers shared by the examples: wall-clock seconds, the --device flag's parsing, the course's
 // precision and layout flags (--amp, --amp-dtype, --channels-last) and profiler flags, the flags
-// every example shares (CommonFlags, on cli::Flags, holding those two), the loss-scale log, the
-// --metrics / --tensorboard sinks, and the --checkpoint file (resume, save, stop for a requeue on
-// a preemption signal) (header-only). examples/common/training.hpp has the training loop's
+// every example shares (CommonFlags, on cli::Flags, holding those two) and the --metrics /
+// --tensorboard sinks (header-only). examples/common/training.hpp has the training loop's
 // shared pieces.
 #pragma once
 
@@ -31,6 +30,7 @@
 #include "dltrain/nn/module.hpp"
 #include "dltrain/optim/optimizer.hpp"
 #include "dltrain/optim/scheduler.hpp"
+#include "dltrain/train/loop.hpp"
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/profiler.hpp"
@@ -98,6 +98,10 @@ struct PrecisionFlags {
     return amp ? (dtype(d) == DType::f16 ? "amp-f16" : "amp-bf16") : "f32";
   }
   const char* layout() const { return channels_last ? "channels-last" : "contiguous"; }
+  /// train::evaluate_classifier's options on `d`: this layout and autocast.
+  train::EvaluateOptions evaluate_options(Device d) const {
+    return {.device = d, .memory_format = format(), .autocast = amp, .autocast_dtype = dtype(d)};
+  }
   /// "precision amp-bf16, layout channels-last, loss scaling off".
   std::string describe(Device d) const {
     return "precision " + precision(d) + ", layout " + layout() + ", loss scaling " +
@@ -125,6 +129,14 @@ struct ProfileFlags {
   void check(const cli::Flags& f) const {
     if (!path.empty() && !path.ends_with(".json"))
       f.fail("--profile takes a FILE.json for the Chrome trace (got '" + path + "')");
+  }
+  /// train::ProfileWindow's options; the window opens on the main process only.
+  train::ProfileWindowOptions window(bool main_process) const {
+    return {.path = path,
+            .steps = steps,
+            .warmup = warmup,
+            .record_shapes = shapes,
+            .enabled = main_process};
   }
 };
 
@@ -279,23 +291,6 @@ struct CommonFlags {
   }
 };
 
-/// Prints the loss scale whenever it differs from the last one printed (a disabled scaler
-/// prints nothing). Reading the scale synchronises with the device.
-class ScaleLog {
- public:
-  void operator()(const amp::GradScaler& s, int64_t step) {
-    if (!s.is_enabled()) return;
-    const double v = s.get_scale();
-    if (v != last_) {
-      std::printf("  loss scale %g at step %lld\n", v, static_cast<long long>(step));
-      last_ = v;
-    }
-  }
-
- private:
-  double last_ = 0;
-};
-
 /// The sinks of `--metrics FILE` (JSON lines when FILE ends in .jsonl, else CSV) and
 /// `--tensorboard DIR`; a resumed run appends to the file. Rank 0 writes (MetricsWriter).
 inline train::MetricsOptions metrics_options(const std::string& file, const std::string& tb_dir,
@@ -306,44 +301,6 @@ inline train::MetricsOptions metrics_options(const std::string& file, const std:
           .tensorboard = tb_dir,
           .append = append};
 }
-
-/// Runs train::Profiler over a window of training steps (rank 0 only): call begin_step() before
-/// and end_step() after each step; the trace is written and the table printed when the window
-/// closes, or at finish() when the run ends inside it.
-class StepProfiler {
- public:
-  StepProfiler(const ProfileFlags& flags, bool main_process)
-      : flags_(flags), on_(!flags.path.empty() && main_process) {}
-  void begin_step() {
-    if (on_ && !prof_ && !written_ && seen_ == flags_.warmup)
-      prof_.emplace(train::ProfilerOptions{.record_shapes = flags_.shapes});
-  }
-  void end_step() {
-    ++seen_;
-    if (prof_ && seen_ == flags_.warmup + flags_.steps) finish();
-  }
-  /// Writes the trace and prints the table if the profiler ran.
-  void finish() {
-    if (!prof_) return;
-    prof_->stop();
-    const int64_t n = seen_ - flags_.warmup;
-    std::printf("profile: %lld training steps after %lld warm-up steps\n%s",
-                static_cast<long long>(n), static_cast<long long>(flags_.warmup),
-                prof_->table(15).c_str());
-    prof_->write_chrome_trace(flags_.path);
-    std::printf("profile: wrote %s (open it in https://ui.perfetto.dev or chrome://tracing)\n",
-                flags_.path.c_str());
-    prof_.reset();
-    written_ = true;
-  }
-
- private:
-  ProfileFlags flags_;
-  bool on_;
-  int64_t seen_ = 0;
-  bool written_ = false;
-  std::optional<train::Profiler> prof_;
-};
 
 /// Where the metrics file is and how to plot it (one line per file).
 inline void print_metrics_hint(const std::vector<std::string>& paths) {

@@ -160,9 +160,10 @@ int main(int argc, char** argv) {
     MetricsLog metrics(args);
     train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/10));
     // --profile: a few training steps after warm-up, rank 0 only.
-    StepProfiler profiler(args.prof, distributed::is_main_process());
-    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, device, start.step,
-                         &progress, &metrics);
+    train::ProfileWindow profiler(args.prof.window(distributed::is_main_process()));
+    train::TrainStep train_step(opt, scaler,
+                                step_options(args.prec, device, &sched, start.step, &chrono,
+                                             &profiler, &progress, &metrics));
     bool done = args.test && start.step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
@@ -184,12 +185,13 @@ int main(int argc, char** argv) {
         }
         train_step.begin();
       }
-      EpochTally train = train_step.end_epoch();
+      train::EpochTally train = train_step.end_epoch();
       if (preempted) break;
       train.all_reduce();  // global figures: over the ranks
       const int64_t step = train_step.step();
 
-      ClassifierFigures test = evaluate_classifier(*model, test_loader, device, args.prec);
+      train::ClassifierFigures test =
+          train::evaluate_classifier(*model, test_loader, args.prec.evaluate_options(device));
       test.all_reduce();  // over the ranks' shares
       const double train_loss = train.mean_loss(), throughput = train.throughput();
       epochs.push_back({{"epoch", epoch + 1},

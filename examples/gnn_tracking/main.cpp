@@ -183,9 +183,10 @@ int main(int argc, char** argv) {
     std::vector<nlohmann::json> epochs;
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     bool preempted = false;
-    StepProfiler profiler(args.prof, /*main_process=*/true);
-    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, cpu, start.step,
-                         &progress, &metrics);
+    train::ProfileWindow profiler(args.prof.window(/*main_process=*/true));
+    train::TrainStep train_step(
+        opt, scaler,
+        step_options(args.prec, cpu, &sched, start.step, &chrono, &profiler, &progress, &metrics));
 
     for (int64_t epoch = start.epoch; epoch < args.epochs && !preempted; ++epoch) {
       train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
         }
         train_step.begin();
       }
-      const EpochTally train = train_step.end_epoch();
+      const train::EpochTally train = train_step.end_epoch();
       if (preempted) break;
       const int64_t step = train_step.step();
       const double train_time = train.seconds;
@@ -216,7 +217,8 @@ int main(int argc, char** argv) {
         for (const data::Batch& b : test_loader) {
           const data::GraphBatch g = data::GraphBatch::from(b);
           const Tensor logits = (*model)(g.x, g.edge_index, g.edge_attr);
-          test_loss += binary_cross_entropy_with_logits(logits, g.y, Reduction::Sum).item<double>();
+          test_loss += binary_cross_entropy_with_logits(logits, g.y, {.reduction = Reduction::Sum})
+                           .item<double>();
           test_edges += g.y.numel();
           c.add(logits, g.y);
         }

@@ -241,11 +241,12 @@ int main(int argc, char** argv) {
     // per step would serialise host and device and stall the prefetcher's copies), so its phase
     // times are the host's. --profile: a few training steps after warm-up, rank 0 only.
     train::Chronometer chrono({.device = device, .synchronize = args.test});
-    StepProfiler profiler(args.prof, distributed::is_main_process());
+    train::ProfileWindow profiler(args.prof.window(distributed::is_main_process()));
     MetricsLog metrics(args);
     train::Progress progress(progress_options(args, train_loader.size(), /*test_every=*/1));
-    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, device, start.step,
-                         &progress, &metrics);
+    train::TrainStep train_step(opt, scaler,
+                                step_options(args.prec, device, &sched, start.step, &chrono,
+                                             &profiler, &progress, &metrics));
     train_step.set_accumulation(accum, train_loader.size(), [&](const std::function<void()>& f) {
       auto guard = ddp.no_sync();
       f();
@@ -276,7 +277,7 @@ int main(int argc, char** argv) {
         train_step.begin();
         return true;
       });
-      EpochTally train = train_step.end_epoch();
+      train::EpochTally train = train_step.end_epoch();
       if (preempted) break;
       train.all_reduce();  // global figures: over the ranks
       const int64_t step = train_step.step();

@@ -157,7 +157,7 @@ struct LossTerms {
 // -1/2 sum(1 + logvar - mu^2 - exp(logvar)). kl_div is PyTorch's KLDivLoss between two given
 // distributions, not this closed form, so the closed form is written with ops.
 LossTerms vae_loss(const Tensor& recon, const Tensor& x, const Tensor& mu, const Tensor& logvar) {
-  const Tensor bce = binary_cross_entropy(recon, x, {}, Reduction::Sum);
+  const Tensor bce = binary_cross_entropy(recon, x, {.reduction = Reduction::Sum});
   const Tensor kl = mul(sum(sub(add(logvar, 1.0), add(square(mu), exp(logvar)))), -0.5);
   return {bce, kl};
 }
@@ -228,10 +228,11 @@ Tensor train_loss(VAE& model, const Tensor& x) {
 // chronometer's summary (the peer script times the same loop). --profile covers its steps too.
 train::ChronometerSummary bench(VAE& model, optim::Optimizer& opt, amp::GradScaler& scaler,
                                 const Tensor& x, int64_t steps, const PrecisionFlags& prec,
-                                StepProfiler& profiler) {
+                                train::ProfileWindow& profiler) {
   model.train();
   train::Chronometer chrono({.device = x.device(), .warmup_steps = 5});
-  TrainStep train_step(chrono, profiler, opt, scaler, nullptr, prec, x.device());
+  train::TrainStep train_step(opt, scaler,
+                              step_options(prec, x.device(), nullptr, 0, &chrono, &profiler));
   for (int64_t i = 0; i < steps + 5; ++i) {
     train_step.begin();
     train_step.run(x.size(0), [&] { return train_loss(model, x); });
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
     optim::Adam opt(model->parameters(), {.lr = args.lr});
     // f16 (--amp on a GPU, or --amp-dtype f16) scales the loss; bf16 and f32 need no scaling.
     amp::GradScaler scaler(args.prec.scaler_options(device));
-    StepProfiler profiler(args.prof, /*main_process=*/true);
+    train::ProfileWindow profiler(args.prof.window(/*main_process=*/true));
     nlohmann::json report = report_header(args, device, scaler);
     report["example"] = "vae";
     report["latent"] = args.latent;
@@ -312,8 +313,9 @@ int main(int argc, char** argv) {
     const int64_t steps_per_epoch = train_loader.size();
     train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/10));
     train::Chronometer chrono({.device = device});
-    TrainStep train_step(chrono, profiler, opt, scaler, &sched, args.prec, device, start.step,
-                         &progress, &metrics);
+    train::TrainStep train_step(opt, scaler,
+                                step_options(args.prec, device, &sched, start.step, &chrono,
+                                             &profiler, &progress, &metrics));
     std::vector<nlohmann::json> epochs;
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     const uint64_t eval_seed = args.seed + 1;
@@ -333,7 +335,7 @@ int main(int argc, char** argv) {
         }
         train_step.begin();
       }
-      const EpochTally train = train_step.end_epoch();
+      const train::EpochTally train = train_step.end_epoch();
       const int64_t step = train_step.step();
       const double time_s = train.seconds;
       const TestResult t = evaluate(*model, test_loader, device, eval_seed, args.prec);

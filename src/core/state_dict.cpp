@@ -1,3 +1,5 @@
+// StateDict (dltrain/core/state_dict.hpp): the ordered name -> tensor map that modules,
+// optimizers and schedulers save and load, with scalar entries and prefix views.
 #include "dltrain/core/state_dict.hpp"
 
 #include "dltrain/core/error.hpp"

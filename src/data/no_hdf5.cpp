@@ -3,6 +3,7 @@
 // dltrain::Error naming the package.
 #include "dltrain/core/error.hpp"
 #include "dltrain/data/packed.hpp"
+#include "src/data/packed_attribute.hpp"
 
 namespace dltrain::data {
 

@@ -21,6 +21,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/data/image.hpp"
 
+#include "src/data/packed_attribute.hpp"
 #include "src/data/packed_format.hpp"
 #include "src/io/crc32.hpp"
 

@@ -471,6 +471,102 @@ void map_reduce(Builder& b, const TracedOp& op) {
   }
 }
 
+// Comparisons: both sides in their promoted dtype (ONNX wants equal types), a bool output.
+void map_compare(Builder& b, const TracedOp& op) {
+  const DType dt = promote_types(in(op, 0).dtype(), in(op, 1).dtype());
+  const std::string x = b.cast(b.value(in(op, 0)), in(op, 0).dtype(), dt);
+  const std::string y = b.cast(b.value(in(op, 1)), in(op, 1).dtype(), dt);
+  static const std::map<std::string, const char*, std::less<>> types = {
+      {"eq", "Equal"},       {"ne", "Equal"},   {"lt", "Less"},
+      {"le", "LessOrEqual"}, {"gt", "Greater"}, {"ge", "GreaterOrEqual"}};
+  std::string r = b.node(types.at(op.op), {x, y});
+  if (op.op == "ne") r = b.node("Not", {r});
+  b.bind(out(op), r);
+}
+
+// A bool condition (a u8 mask is compared with 0, as dltrain's where does).
+std::string condition(Builder& b, const Tensor& c) {
+  const std::string v = b.value(c);
+  if (c.dtype() == DType::b8) return v;
+  return b.node("Not", {b.node("Equal", {v, b.scalar(0, c.dtype())})});
+}
+
+void map_where(Builder& b, const TracedOp& op) {
+  const DType dt = out(op).dtype();
+  b.bind(out(op), b.node("Where", {condition(b, in(op, 0)),
+                                   b.cast(b.value(in(op, 1)), in(op, 1).dtype(), dt),
+                                   b.cast(b.value(in(op, 2)), in(op, 2).dtype(), dt)}));
+}
+
+void map_masked_fill(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  b.bind(out(op), b.node("Where", {condition(b, in(op, 1)),
+                                   b.scalar(attr_f(op, "value"), x.dtype()), b.value(x)}));
+}
+
+void map_extremum(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node(op.op == "maximum" ? "Max" : "Min", promoted(b, op)));
+}
+
+// pow(x, e) with a scalar exponent, or pow(x, y) elementwise.
+void map_pow(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  if (op.inputs.size() == 2) {
+    b.bind(out(op), b.node("Pow", promoted(b, op)));
+    return;
+  }
+  b.bind(out(op), b.node("Pow", {b.value(x), b.scalar(attr_f(op, "exponent"), x.dtype())}));
+}
+
+// Clip's bounds are optional inputs: an infinite bound is left out. Tensor bounds (clamp(x,
+// lo, hi) with tensors) are Max and Min, as dltrain computes them (where(x < lo, lo, x), ...).
+void map_clamp(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  if (op.inputs.size() == 3) {
+    const DType dt = out(op).dtype();
+    std::string y = b.cast(b.value(x), x.dtype(), dt);
+    if (in(op, 1).defined())
+      y = b.node("Max", {y, b.cast(b.value(in(op, 1)), in(op, 1).dtype(), dt)});
+    if (in(op, 2).defined())
+      y = b.node("Min", {y, b.cast(b.value(in(op, 2)), in(op, 2).dtype(), dt)});
+    b.bind(out(op), y);
+    return;
+  }
+  const double lo = attr_f(op, "min"), hi = attr_f(op, "max");
+  b.bind(out(op), b.node("Clip", {b.value(x), std::isinf(lo) ? "" : b.scalar(lo, x.dtype()),
+                                  std::isinf(hi) ? "" : b.scalar(hi, x.dtype())}));
+}
+
+// ONNX's Softplus is log(1 + e^x) with neither beta nor threshold: softplus(beta x) / beta.
+// dltrain (and PyTorch) return x itself where beta x > threshold, where the smooth form differs
+// by log(1 + e^-(beta x)) / beta < e^-threshold / beta (2e-9 at the default 20), below f32's
+// resolution of x there; PyTorch's exporter drops the threshold the same way.
+void map_softplus(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const double beta = attr_f(op, "beta");
+  std::string v = b.value(x);
+  if (beta == 1.0) {
+    b.bind(out(op), b.node("Softplus", {v}));
+    return;
+  }
+  v = b.node("Softplus", {b.node("Mul", {v, b.scalar(beta, x.dtype())})});
+  b.bind(out(op), b.node("Div", {v, b.scalar(beta, x.dtype())}));
+}
+
+void map_elu(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("Elu", {b.value(in(op, 0))}, {{"alpha", attr_f(op, "alpha")}}));
+}
+
+// x tanh(softplus(x)) (ONNX's Mish is opset 18).
+void map_mish(Builder& b, const TracedOp& op) {
+  const std::string x = b.value(in(op, 0));
+  b.bind(out(op), b.node("Mul", {x, b.node("Tanh", {b.node("Softplus", {x})})}));
+}
+
+void map_rsqrt(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("Reciprocal", {b.node("Sqrt", {b.value(in(op, 0))})}));
+}
+
 // What the mappings cannot express, checked as each op is recorded (inside the op, so that a
 // module called as m(x) adds its path to the error).
 void check_traced(const TracedOp& op) {
@@ -553,6 +649,26 @@ const std::map<std::string, Mapping, std::less<>>& mappings() {
       {"interpolate", map_interpolate},
       {"sum", map_reduce},
       {"mean", map_reduce},
+      {"sin", [](Builder& b, const TracedOp& op) { unary(b, op, "Sin"); }},
+      {"cos", [](Builder& b, const TracedOp& op) { unary(b, op, "Cos"); }},
+      {"sign", [](Builder& b, const TracedOp& op) { unary(b, op, "Sign"); }},
+      {"hardswish", [](Builder& b, const TracedOp& op) { unary(b, op, "HardSwish"); }},
+      {"rsqrt", map_rsqrt},
+      {"softplus", map_softplus},
+      {"elu", map_elu},
+      {"mish", map_mish},
+      {"pow", map_pow},
+      {"clamp", map_clamp},
+      {"maximum", map_extremum},
+      {"minimum", map_extremum},
+      {"eq", map_compare},
+      {"ne", map_compare},
+      {"lt", map_compare},
+      {"le", map_compare},
+      {"gt", map_compare},
+      {"ge", map_compare},
+      {"where", map_where},
+      {"masked_fill", map_masked_fill},
   };
   return m;
 }

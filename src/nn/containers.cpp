@@ -1,3 +1,5 @@
+// nn::Sequential and nn::ModuleList (dltrain/nn/containers.hpp): children registered by
+// index or name, forward in order, indexing with negative positions.
 #include "dltrain/nn/containers.hpp"
 
 namespace dltrain::nn {

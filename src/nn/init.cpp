@@ -1,3 +1,5 @@
+// Weight initialisation (dltrain/nn/init.hpp): fans, gains and the uniform/normal/Kaiming/
+// Xavier fills, drawn in f32 (f64 for f64 tensors) from a generator and written in place.
 #include "dltrain/nn/init.hpp"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// The layers and loss modules of dltrain/nn/layers.hpp: each registers its parameters and
+// buffers and forwards to the functional op of the same name.
 #include "dltrain/nn/layers.hpp"
 
 #include <cmath>
@@ -543,7 +545,8 @@ BCEWithLogitsLoss::BCEWithLogitsLoss(Reduction r, Tensor pw)
   if (pos_weight.defined()) pos_weight = register_buffer("pos_weight", pos_weight);
 }
 Tensor BCEWithLogitsLoss::forward(const Tensor& logits, const Tensor& target) {
-  return binary_cross_entropy_with_logits(logits, target, reduction, pos_weight);
+  return binary_cross_entropy_with_logits(logits, target,
+                                          {.reduction = reduction, .pos_weight = pos_weight});
 }
 
 Tensor L1Loss::forward(const Tensor& input, const Tensor& target) {
@@ -562,7 +565,7 @@ BCELoss::BCELoss(Tensor w, Reduction r) : Module("BCELoss"), weight(std::move(w)
   if (weight.defined()) weight = register_buffer("weight", weight);
 }
 Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
-  return binary_cross_entropy(input, target, weight, reduction);
+  return binary_cross_entropy(input, target, {.reduction = reduction, .weight = weight});
 }
 Tensor GaussianNLLLoss::forward(const Tensor& input, const Tensor& target, const Tensor& var) {
   return gaussian_nll_loss(input, target, var, full, eps, reduction);

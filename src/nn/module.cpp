@@ -1,3 +1,6 @@
+// nn::Module (dltrain/nn/module.hpp): parameter/buffer/child registration, the recursive
+// views (named_parameters, state_dict), dtype/device/memory-format conversion in place, and
+// the error context that names the failing submodule.
 #include "dltrain/nn/module.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The torchvision ResNet family (dltrain/nn/models/resnet.hpp): BasicBlock, Bottleneck and
+// the stage builder, with torchvision's parameter names and initialisation.
 #include "dltrain/nn/models/resnet.hpp"
 
 #include "dltrain/autograd/node.hpp"

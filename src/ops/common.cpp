@@ -1,3 +1,5 @@
+// Argument checks shared by the ops (src/ops/common.hpp): defined, same device, CPU only,
+// dimension counts, a loss target's shape, and the zero-padding of gradients.
 #include "src/ops/common.hpp"
 
 namespace dltrain::detail {

@@ -202,9 +202,12 @@ void check_inplace(const char* op, const Tensor& self) {
 }
 
 Tensor compare(const char* name, const Tensor& a, const Tensor& b, CompareOp kind) {
-  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
-  // instead of taking its output for a constant.
+  // A scope of its own: the profiler times it, and export_onnx records it (Equal, Less, ...).
   DLTRAIN_OP_SCOPE(name, a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return compare(name, a, b, kind); });
+    });
   detail::check_defined(name, a, "self");
   detail::check_defined(name, b, "other");
   detail::check_same_device(name, {&a, &b});
@@ -331,9 +334,12 @@ Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
 
 namespace {
 Tensor extremum(BinaryOp kind, const Tensor& a, const Tensor& b) {
-  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
-  // instead of taking its output for a constant.
+  // A scope of its own: the profiler times it, and export_onnx records it (Max, Min).
   DLTRAIN_OP_SCOPE(cu::op_name(kind), a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({a, b}, {}, [&] { return extremum(kind, a, b); });
+    });
   Tensor out = binary_raw(kind, a, b, 1.0);
   autograd::record(
       cu::op_name(kind), {a, b}, {out},
@@ -437,6 +443,9 @@ Tensor sqrt(const Tensor& x) {
 
 Tensor rsqrt(const Tensor& x) {
   DLTRAIN_OP_SCOPE("rsqrt", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return rsqrt(x); }); });
   if (auto ac = amp::detail::autocast_args(amp::Op::rsqrt, {&x})) return rsqrt((*ac)[0]);
   Tensor out = unary_float<UnaryOp::Rsqrt>(x);
   autograd::record(
@@ -468,6 +477,10 @@ Tensor square(const Tensor& x) { return mul(x, x); }
 
 Tensor pow(const Tensor& x, double e) {
   DLTRAIN_OP_SCOPE("pow", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"exponent", e}}, [&] { return pow(x, e); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x})) return pow((*ac)[0], e);
   Tensor out = unary_float<UnaryOp::Pow>(x, e);
   autograd::record(
@@ -482,6 +495,10 @@ Tensor pow(const Tensor& x, double e) {
 
 Tensor pow(const Tensor& x, const Tensor& y) {
   DLTRAIN_OP_SCOPE("pow", x, y);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, y}, {}, [&] { return pow(x, y); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::pow, {&x, &y})) return pow((*ac)[0], (*ac)[1]);
   detail::check_defined("pow", x, "self");
   detail::check_defined("pow", y, "exponent");
@@ -662,6 +679,10 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   DLTRAIN_OP_SCOPE("clamp", x);
   DLTRAIN_CHECK(!(lo && hi && *lo > *hi), "clamp: min (", *lo, ") is greater than max (", *hi, ")");
   const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"min", l}, {"max", h}}, [&] { return clamp(x, lo, hi); });
+    });
   Tensor out = unary_float<UnaryOp::Clamp>(x, l, h);
   autograd::record(
       "clamp", {x}, {out},
@@ -676,6 +697,10 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
   DLTRAIN_OP_SCOPE("clamp", x, lo, hi);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, lo, hi}, {}, [&] { return clamp(x, lo, hi); });
+    });
   detail::check_defined("clamp", x, "input");
   DLTRAIN_CHECK(lo.defined() || hi.defined(),
                 "clamp: give at least one of min and max (both are undefined)");
@@ -711,6 +736,11 @@ Tensor silu(const Tensor& x) {
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   DLTRAIN_OP_SCOPE("softplus", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"beta", beta}, {"threshold", threshold}},
+                                  [&] { return softplus(x, beta, threshold); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::softplus, {&x}))
     return softplus((*ac)[0], beta, threshold);
   DLTRAIN_CHECK(beta != 0, "softplus: beta must be non-zero");
@@ -729,6 +759,10 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
 
 Tensor elu(const Tensor& x, double alpha) {
   DLTRAIN_OP_SCOPE("elu", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"alpha", alpha}}, [&] { return elu(x, alpha); });
+    });
   Tensor out = unary_float<UnaryOp::Elu>(x, alpha);
   autograd::record(
       "elu", {x}, {out},
@@ -743,6 +777,9 @@ Tensor elu(const Tensor& x, double alpha) {
 
 Tensor mish(const Tensor& x) {
   DLTRAIN_OP_SCOPE("mish", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return mish(x); }); });
   Tensor out = unary_float<UnaryOp::Mish>(x);
   autograd::record(
       "mish", {x}, {out},
@@ -760,6 +797,9 @@ Tensor mish(const Tensor& x) {
 
 Tensor hardswish(const Tensor& x) {
   DLTRAIN_OP_SCOPE("hardswish", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return hardswish(x); }); });
   Tensor out = unary_float<UnaryOp::Hardswish>(x);
   autograd::record(
       "hardswish", {x}, {out},
@@ -776,6 +816,9 @@ Tensor hardswish(const Tensor& x) {
 
 Tensor sin(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sin", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return sin(x); }); });
   Tensor out = unary_float<UnaryOp::Sin>(x);
   autograd::record(
       "sin", {x}, {out},
@@ -786,6 +829,9 @@ Tensor sin(const Tensor& x) {
 
 Tensor cos(const Tensor& x) {
   DLTRAIN_OP_SCOPE("cos", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return cos(x); }); });
   Tensor out = unary_float<UnaryOp::Cos>(x);
   autograd::record(
       "cos", {x}, {out},
@@ -820,6 +866,9 @@ Tensor expm1(const Tensor& x) {
 
 Tensor sign(const Tensor& x) {
   DLTRAIN_OP_SCOPE("sign", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return sign(x); }); });
   Tensor out = unary_float<UnaryOp::Sign>(x);
   autograd::record(
       "sign", {x}, {out},
@@ -832,6 +881,10 @@ Tensor sign(const Tensor& x) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   DLTRAIN_OP_SCOPE("where", cond, a, b);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({cond, a, b}, {}, [&] { return where(cond, a, b); });
+    });
   detail::check_defined("where", cond, "condition");
   detail::check_defined("where", a, "self");
   detail::check_defined("where", b, "other");
@@ -866,6 +919,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   DLTRAIN_OP_SCOPE("masked_fill", x, mask);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, mask}, {{"value", value}},
+                                  [&] { return masked_fill(x, mask, value); });
+    });
   DLTRAIN_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(),
                 "masked_fill: mask of shape ", shape_str(mask.shape()),
                 " does not broadcast to the input's shape ", shape_str(x.shape()));

@@ -986,12 +986,15 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return reduce(mul(d, d), reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        Reduction reduction, const Tensor& pos_weight) {
+namespace {
+
+// The loss without its rescaling weight: what binary_cross_entropy_with_logits computes.
+Tensor bce_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
+                       const Tensor& pos_weight) {
   DLTRAIN_OP_SCOPE("binary_cross_entropy_with_logits", logits, target, pos_weight);
   if (auto ac = amp::detail::autocast_args(amp::Op::binary_cross_entropy_with_logits,
                                            {&logits, &target, &pos_weight}))
-    return binary_cross_entropy_with_logits((*ac)[0], (*ac)[1], reduction, (*ac)[2]);
+    return bce_with_logits((*ac)[0], (*ac)[1], reduction, (*ac)[2]);
   const char* op = "binary_cross_entropy_with_logits";
   detail::check_defined(op, logits, "input");
   detail::check_defined(op, target, "target");
@@ -1049,6 +1052,29 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
       },
       autograd::HigherOrder::Supported);
   return reduce(out, reduction);
+}
+
+}  // namespace
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        const BinaryCrossEntropyOptions& options) {
+  const Tensor& w = options.weight;
+  if (!w.defined()) return bce_with_logits(logits, target, options.reduction, options.pos_weight);
+  const char* op = "binary_cross_entropy_with_logits";
+  detail::check_defined(op, logits, "input");
+  detail::check_same_device(op, {&logits, &w});
+  DLTRAIN_CHECK(is_floating(w.dtype()), op, ": weight must be floating-point but has dtype ",
+                w.dtype());
+  DLTRAIN_CHECK(broadcast_shapes(logits.shape(), w.shape(), op) == logits.shape(), op,
+                ": weight of shape ", shape_str(w.shape()),
+                " does not broadcast to the input shape ", shape_str(logits.shape()));
+  const Tensor pointwise = bce_with_logits(logits, target, Reduction::None, options.pos_weight);
+  return reduce(mul(pointwise, w), options.reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction, const Tensor& pos_weight) {
+  return bce_with_logits(logits, target, reduction, pos_weight);
 }
 
 }  // namespace dltrain

@@ -106,13 +106,18 @@ Tensor kl_div(const Tensor& input, const Tensor& target, KLDivReduction reductio
   return pointwise;
 }
 
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
-                            Reduction reduction) {
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            const BinaryCrossEntropyOptions& options) {
+  const Tensor& weight = options.weight;
+  const Reduction reduction = options.reduction;
   DLTRAIN_OP_SCOPE("binary_cross_entropy", input, target, weight);
+  const char* op = "binary_cross_entropy";
+  DLTRAIN_CHECK(!options.pos_weight.defined(), op,
+                ": pos_weight applies to binary_cross_entropy_with_logits only (as in PyTorch); "
+                "pass the logits to that, or drop pos_weight");
   if (auto ac =
           amp::detail::autocast_args(amp::Op::binary_cross_entropy, {&input, &target, &weight}))
-    return binary_cross_entropy((*ac)[0], (*ac)[1], (*ac)[2], reduction);
-  const char* op = "binary_cross_entropy";
+    return binary_cross_entropy((*ac)[0], (*ac)[1], {.reduction = reduction, .weight = (*ac)[2]});
   detail::check_defined(op, input, "input");
   detail::check_defined(op, target, "target");
   check_pair(op, input, target);
@@ -133,6 +138,11 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   Tensor loss = neg(add(mul(target, log_p), mul(1.0 - target, log_q)));
   if (weight.defined()) loss = mul(loss, weight);
   return reduce(loss, reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
+                            Reduction reduction) {
+  return binary_cross_entropy(input, target, {.reduction = reduction, .weight = weight});
 }
 
 Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var, bool full,

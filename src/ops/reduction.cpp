@@ -295,10 +295,16 @@ std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor max(const Tensor& x) { return extreme_all("max", x, true); }
 Tensor min(const Tensor& x) { return extreme_all("min", x, false); }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  return extreme_dim("argmax", x.detach(), dim, keepdim, true).second;
+  // Indices have no gradient: grad mode off rather than a detached copy, which would hide the
+  // op from export_onnx's tracer (its output would look like a constant).
+  const NoGradGuard no_grad;
+  return extreme_dim("argmax", x, dim, keepdim, true).second;
 }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
-  return extreme_dim("argmin", x.detach(), dim, keepdim, false).second;
+  // Indices have no gradient: grad mode off rather than a detached copy, which would hide the
+  // op from export_onnx's tracer (its output would look like a constant).
+  const NoGradGuard no_grad;
+  return extreme_dim("argmin", x, dim, keepdim, false).second;
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {

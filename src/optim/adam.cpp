@@ -1,3 +1,5 @@
+// optim::Adam and AdamW (dltrain/optim/adam.hpp): the moments in f32 for 16-bit parameters,
+// one fused pass per parameter on the CPU, the multi-tensor kernels on CUDA.
 #include "dltrain/optim/adam.hpp"
 
 #include <algorithm>

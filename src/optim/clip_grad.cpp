@@ -1,3 +1,5 @@
+// Gradient clipping (dltrain/optim/clip_grad.hpp): clip_grad_norm_ (total norm over every
+// gradient, one scale) and clip_grad_value_.
 #include "dltrain/optim/clip_grad.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// optim::ModelEMA (dltrain/optim/ema.hpp): an exponential moving average of a model's
+// parameters and buffers, with decay warm-up and checkpointable state.
 #include "dltrain/optim/ema.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// optim::LAMB (dltrain/optim/lamb.hpp): Adam moments with a per-parameter trust ratio
+// (You et al. 2019).
 #include "dltrain/optim/lamb.hpp"
 
 #include <algorithm>

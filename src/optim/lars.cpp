@@ -1,3 +1,5 @@
+// optim::LARS (dltrain/optim/lars.hpp): SGD with momentum and a per-parameter trust ratio,
+// as MLPerf's ResNet-50 reference applies it (You et al. 2017).
 #include "dltrain/optim/lars.hpp"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// optim::Optimizer (dltrain/optim/optimizer.hpp): parameter groups and their defaults,
+// zero_grad, and the state_dict / load_state_dict format shared by every optimizer.
 #include "dltrain/optim/optimizer.hpp"
 
 #include <algorithm>

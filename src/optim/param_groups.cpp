@@ -1,3 +1,5 @@
+// optim::param_groups_no_decay (dltrain/optim/param_groups.hpp): normalisation parameters
+// and biases in a group without weight decay or LARS adaptation.
 #include "dltrain/optim/param_groups.hpp"
 
 #include <cmath>

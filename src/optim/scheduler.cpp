@@ -1,3 +1,5 @@
+// The learning-rate schedulers of dltrain/optim/scheduler.hpp: each a closed form of the
+// step count (chained ones compose), with state_dict for exact resume.
 #include "dltrain/optim/scheduler.hpp"
 
 #include <algorithm>

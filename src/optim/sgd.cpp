@@ -1,3 +1,5 @@
+// optim::SGD (dltrain/optim/sgd.hpp): momentum, dampening, Nesterov and weight decay, f32
+// momentum for 16-bit parameters, fused per parameter on the CPU and multi-tensor on CUDA.
 #include "dltrain/optim/sgd.hpp"
 
 #include <cmath>

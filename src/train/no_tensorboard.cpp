@@ -3,6 +3,7 @@
 // CUDA and NCCL stubs use too). CSV and JSON lines do not depend on it.
 #include "dltrain/core/error.hpp"
 #include "dltrain/train/metrics.hpp"
+#include "src/train/crc32c.hpp"
 
 namespace dltrain::train {
 

@@ -1,3 +1,6 @@
+// train::PreemptionHandler (dltrain/train/preemption.hpp): an async-signal-safe flag set by
+// SIGUSR1/SIGTERM, computing threads kept from receiving the signals, previous handlers
+// restored on destruction.
 #include "dltrain/train/preemption.hpp"
 
 #include <pthread.h>

@@ -17,6 +17,7 @@
 
 #include "dltrain/core/error.hpp"
 #include "dltrain/train/metrics.hpp"
+#include "src/train/crc32c.hpp"
 #include "src/train/file_util.hpp"
 #include "tensorboard.pb.h"
 

@@ -256,7 +256,8 @@ TEST_CASE("second-order gradchecks: softmax and losses", "[autograd][higher]") {
   Tensor pw = add(abs(leaf({5}, 35).detach()), 0.5).requires_grad_();
   gradgradcheck(
       [&](const std::vector<Tensor>& t) {
-        return binary_cross_entropy_with_logits(t[0], prob, Reduction::Mean, t[1]);
+        return binary_cross_entropy_with_logits(t[0], prob,
+                                                {.reduction = Reduction::Mean, .pos_weight = t[1]});
       },
       {x, pw});
 }

@@ -281,10 +281,10 @@ TEST_CASE("binary_cross_entropy_with_logits on CUDA matches the CPU", "[cuda][gp
         Pair x = leaf_pair((randn({8, 5}, DType::f64) * 4.0).to(dt));
         Pair y = leaf_pair(rand({8, 5}, DType::f64).to(dt));
         Pair pw = leaf_pair(uniform({5}, 0.5, 3.0, DType::f64).to(dt));
-        Tensor lc =
-            binary_cross_entropy_with_logits(x.cpu, y.cpu, red, with_pw ? pw.cpu : Tensor());
-        Tensor lg =
-            binary_cross_entropy_with_logits(x.gpu, y.gpu, red, with_pw ? pw.gpu : Tensor());
+        Tensor lc = binary_cross_entropy_with_logits(
+            x.cpu, y.cpu, {.reduction = red, .pos_weight = with_pw ? pw.cpu : Tensor()});
+        Tensor lg = binary_cross_entropy_with_logits(
+            x.gpu, y.gpu, {.reduction = red, .pos_weight = with_pw ? pw.gpu : Tensor()});
         require_close(lg, lc, tol_for(dt), what.str() + " forward");
         if (red == Reduction::None) {
           Tensor gy = randn({8, 5}, DType::f64).to(dt);

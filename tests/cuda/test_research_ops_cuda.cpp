@@ -321,7 +321,8 @@ TEST_CASE("regression losses on CUDA match the CPU", "[cuda][gpu]") {
       check(
           "binary_cross_entropy",
           [red](const V& v) {
-            return binary_cross_entropy(sigmoid(v[0]), sigmoid(v[1]), sigmoid(v[2]), red);
+            return binary_cross_entropy(sigmoid(v[0]), sigmoid(v[1]),
+                                        {.reduction = red, .weight = sigmoid(v[2])});
           },
           {a, b, c}, dt);
       check(

@@ -26,6 +26,7 @@
 #include "dltrain/data/packed.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
+#include "src/data/packed_attribute.hpp"
 
 using namespace dltrain;
 using namespace dltrain::data;

@@ -1,9 +1,9 @@
 // io::export_onnx's error paths and side effects: an op with no ONNX mapping stops the export
-// with an error naming the op and the module path where it ran (and so does an op without a
-// mapping that has no op scope of its own, a comparison, instead of being taken for a
-// constant), a path that cannot be written, eval-only semantics (BatchNorm without running
-// statistics), the training flags restored after the trace, and a build without protobuf.
-// That the files are right is checked by ONNX Runtime (tests/io/onnx_runtime_check.py).
+// with an error naming the op and the module path where it ran (and so does an op whose
+// output would otherwise be taken for a constant, argmax), a path that cannot be written, eval-only
+// semantics (BatchNorm without running statistics), the training flags restored after the trace,
+// and a build without protobuf. That the files are right is checked by ONNX Runtime
+// (tests/io/onnx_runtime_check.py).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -25,10 +25,13 @@ struct CumsumLayer : nn::Module {
   Tensor forward(const Tensor& x) override { return cumsum(x, 1); }
 };
 
-// A layer whose forward uses a comparison (no ONNX mapping yet) as a mask.
+// A layer whose forward uses argmax (no ONNX mapping yet) as a value: its output must not be
+// taken for a constant.
 struct MaskLayer : nn::Module {
   MaskLayer() : Module("MaskLayer") {}
-  Tensor forward(const Tensor& x) override { return mul(x, gt(x, 0.0).to(x.dtype())); }
+  Tensor forward(const Tensor& x) override {
+    return mul(x, argmax(x, 1, /*keepdim=*/true).to(x.dtype()));
+  }
 };
 
 // A forward that branches on the input's values.
@@ -65,14 +68,15 @@ TEST_CASE("export_onnx names an op without ONNX mapping and the module path", "[
   CHECK(model->is_training());
 }
 
-TEST_CASE("export_onnx refuses a comparison instead of baking it in as a constant", "[io][onnx]") {
+TEST_CASE("export_onnx refuses an unmapped op instead of baking it in as a constant",
+          "[io][onnx]") {
   if (!io::onnx_supported()) {
     testing::skip("this build has no ONNX writer (protobuf + onnx.proto)");
     return;
   }
   auto model = nn::sequential({std::make_shared<nn::Linear>(3, 3), std::make_shared<MaskLayer>()});
-  REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 3})}, scratch("gt.onnx").string()),
-                      Contains("'gt' has no ONNX mapping") && Contains("in 1 (MaskLayer)"));
+  REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 3})}, scratch("argmax.onnx").string()),
+                      Contains("'argmax' has no ONNX mapping") && Contains("in 1 (MaskLayer)"));
   // A plain function (no module): the op's name alone.
   io::OnnxForward f = [](const std::vector<Tensor>& x) {
     return std::vector<Tensor>{cumsum(relu(x[0]), 0)};

@@ -7,7 +7,8 @@
 // dropout, log_softmax), a small CNN with a residual add, a grouped and dilated convolution,
 // pooling, nearest upsampling and a concatenation (a U-Net's skip), and a model of the other
 // covered layers (ConvTranspose2d, GroupNorm, LayerNorm over a permuted view, bilinear
-// upsampling, matmul, softmax, scalar arithmetic, mean), and a function of two named inputs
+// upsampling, matmul, softmax, scalar arithmetic, mean), a model of activations, unary math,
+// comparisons, where and masked_fill, and a function of two named inputs
 // with three named outputs (one tensor returned twice). ResNet-18's weights are saved as
 // safetensors too, for the script to export them with `dltrain-convert export-onnx`.
 #include <catch2/catch.hpp>
@@ -153,6 +154,39 @@ struct Extras : nn::Module {
   }
 };
 
+// The activations, unary math, comparisons and selections of research models. Every branch of
+// a where/masked_fill/sign is continuous at its switching point, so that ONNX Runtime's
+// rounding of the input cannot flip a branch into a different value.
+struct Activations : nn::Module {
+  std::shared_ptr<nn::Linear> fc, head;
+  Activations() : Module("Activations") {
+    fc = register_module("fc", std::make_shared<nn::Linear>(6, 8));
+    head = register_module("head", std::make_shared<nn::Linear>(8, 4));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = (*fc)(x);
+    Tensor a = add(sin(h), cos(h));
+    a = add(a, add(softplus(h), softplus(h, 2.0)));
+    a = add(a, add(elu(h, 0.7), add(hardswish(h), mish(h))));
+    a = add(a, pow(add(abs(h), 0.5), 1.5));
+    a = add(a, pow(add(abs(h), 1.0), sigmoid(h)));
+    a = add(a, add(clamp(h, -0.5, 0.8), clamp(h, std::nullopt, 0.3)));
+    const Tensor bound = abs(mean(h, {1}, /*keepdim=*/true));
+    a = add(a, clamp(h, neg(bound), bound));
+    a = add(a, rsqrt(add(mul(h, h), 1.0)));
+    a = add(a, mul(sign(h), h));  // |h|
+    a = add(a, sub(maximum(h, mul(h, 0.3)), minimum(h, mul(h, -0.2))));
+    a = add(a, where(gt(h, 0.0), h, mul(h, 0.01)));       // leaky
+    a = add(a, where(lt(h, 0.3), h, full({}, 0.3)));      // min(h, 0.3)
+    a = add(a, where(ge(h, -0.3), h, full({}, -0.3)));    // max(h, -0.3)
+    a = add(a, where(le(h, 0.0), mul(h, 2.0), h));        // 2h below 0
+    a = add(a, where(eq(sign(h), 1.0), h, zeros({})));    // relu
+    a = add(a, where(ne(sign(h), 1.0), mul(h, 0.5), h));  // h/2 below 0
+    a = add(a, masked_fill(h, lt(h, -0.2), -0.2));        // max(h, -0.2)
+    return (*head)(a);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
@@ -188,6 +222,8 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
   randomise(extras);
   models.push_back(
       export_case(dir, "extras", extras, {4, 8, 8}, 2, 3, {"up.weight", "gn.weight", "ln.bias"}));
+  Activations act;
+  models.push_back(export_case(dir, "activations", act, {6}, 3, 5, {"fc.weight", "head.bias"}));
 
   // A function of two named inputs with two named outputs, one of them returned twice.
   {

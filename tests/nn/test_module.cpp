@@ -222,6 +222,10 @@ TEST_CASE("Layers: default initialisation bounds and printing") {
   REQUIRE(max(abs(lin.weight.detach())).item<double>() > 0.9 * bound);
   REQUIRE(max(abs(lin.bias.detach())).item<double>() <= bound);
   REQUIRE(lin.str() == "Linear(in_features=100, out_features=10, bias=True)");
+  // The named form equals the positional one.
+  const nn::Linear named(100, 10, {.bias = false});
+  CHECK_FALSE(named.bias.defined());
+  CHECK(named.str() == "Linear(in_features=100, out_features=10, bias=False)");
   nn::Conv2dOptions o;
   o.stride = 2;
   o.groups = 2;

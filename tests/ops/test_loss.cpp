@@ -246,14 +246,18 @@ TEST_CASE("mse_loss and binary_cross_entropy_with_logits", "[ops][loss]") {
   refw[3] = 0.0;
   ref[4] = 0.0;
   refw[4] = 0.0;
-  require_close(binary_cross_entropy_with_logits(x, y, Reduction::None).to_vector<double>(), ref,
-                1e-12);
-  require_close(binary_cross_entropy_with_logits(x, y, Reduction::None, pw).to_vector<double>(),
-                refw, 1e-12);
+  require_close(
+      binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::None}).to_vector<double>(),
+      ref, 1e-12);
+  require_close(
+      binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::None, .pos_weight = pw})
+          .to_vector<double>(),
+      refw, 1e-12);
   double m = 0;
   for (double v : ref) m += v;
   REQUIRE(binary_cross_entropy_with_logits(x, y).item() == Approx(m / 6));
-  REQUIRE(binary_cross_entropy_with_logits(x, y, Reduction::Sum).item() == Approx(m));
+  REQUIRE(binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::Sum}).item() ==
+          Approx(m));
   Tensor big = tensor({1000.0, -1000.0}, DType::f32);
   REQUIRE(std::isfinite(binary_cross_entropy_with_logits(big, tensor({0.0, 1.0})).item()));
   REQUIRE(binary_cross_entropy_with_logits(big, tensor({0.0, 1.0})).item() == Approx(1000.0));
@@ -262,9 +266,53 @@ TEST_CASE("mse_loss and binary_cross_entropy_with_logits", "[ops][loss]") {
   gradcheck([](const V& v) { return binary_cross_entropy_with_logits(v[0], v[1]); }, {lx, ly});
   gradcheck(
       [](const V& v) {
-        return binary_cross_entropy_with_logits(v[0], v[1], Reduction::None, add(abs(v[2]), 0.5));
+        return binary_cross_entropy_with_logits(
+            v[0], v[1], {.reduction = Reduction::None, .pos_weight = add(abs(v[2]), 0.5)});
       },
       {lx, ly, lp});
+}
+
+TEST_CASE("binary cross-entropy options: weight in both forms, the earlier positional forms",
+          "[ops][loss]") {
+  // The rescaling weight multiplies each element's loss before the reduction, in the logits
+  // form too (PyTorch's BCEWithLogitsLoss(weight=...)); f64, so the products are exact to
+  // the ulp and both sides compute the same products.
+  Tensor x = tensor({0.3, -1.2, 2.0, 0.7, -0.4, 1.1}, DType::f64).reshape({2, 3});
+  Tensor y = tensor({0.0, 1.0, 0.3, 1.0, 0.0, 1.0}, DType::f64).reshape({2, 3});
+  Tensor w = tensor({0.5, 2.0, 1.5}, DType::f64);
+  Tensor pw = tensor({2.0, 0.5, 1.5}, DType::f64);
+  const Tensor plain =
+      binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::None, .pos_weight = pw});
+  const Tensor weighted = binary_cross_entropy_with_logits(
+      x, y, {.reduction = Reduction::None, .weight = w, .pos_weight = pw});
+  CHECK(allclose(weighted, mul(plain, w), 0, 0));
+  CHECK(allclose(
+      binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::Sum, .weight = w}),
+      sum(mul(binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::None}), w)), 0, 0));
+  auto lx = leaf({2, 3}, 3), ly = leaf({2, 3}, 4), lw = leaf({3}, 6), lp = leaf({3}, 5);
+  gradcheck(
+      [](const V& v) {
+        return binary_cross_entropy_with_logits(
+            v[0], v[1], {.weight = v[2], .pos_weight = add(abs(v[3]), 0.5)});
+      },
+      {lx, ly, lw, lp});
+  CHECK_THROWS_WITH(
+      binary_cross_entropy_with_logits(x, y, {.weight = tensor({1.0, 2.0}, DType::f64)}),
+      Contains("[2, 3] and [2] cannot be broadcast"));
+  const Tensor p = sigmoid(x);
+  CHECK_THROWS_WITH(binary_cross_entropy(p, y, {.pos_weight = pw}),
+                    Contains("pos_weight applies to binary_cross_entropy_with_logits only"));
+
+  // The positional forms of earlier releases, kept one release, give the same results.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  CHECK(allclose(
+      binary_cross_entropy_with_logits(x, y, Reduction::Sum, pw),
+      binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::Sum, .pos_weight = pw}), 0,
+      0));
+  CHECK(allclose(binary_cross_entropy(p, y, w, Reduction::None),
+                 binary_cross_entropy(p, y, {.reduction = Reduction::None, .weight = w}), 0, 0));
+#pragma GCC diagnostic pop
 }
 
 TEST_CASE("dropout", "[ops][loss]") {

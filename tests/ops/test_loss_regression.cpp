@@ -63,8 +63,9 @@ TEST_CASE("regression losses match PyTorch", "[ops][loss]") {
                   [red](const V& v) { return smooth_l1_loss(v[0], v[1], red, 0.5); });
     against_torch("huber_" + s, {"x", "t"},
                   [red](const V& v) { return huber_loss(v[0], v[1], red, 0.7); });
-    against_torch("bce_" + s, {"x", "t"},
-                  [red](const V& v) { return binary_cross_entropy(v[0], v[1], {}, red); });
+    against_torch("bce_" + s, {"x", "t"}, [red](const V& v) {
+      return binary_cross_entropy(v[0], v[1], {.reduction = red});
+    });
     against_torch("gnll_" + s, {"x", "t", "v"}, [red](const V& v) {
       return gaussian_nll_loss(v[0], v[1], v[2], false, 1e-6, red);
     });
@@ -72,8 +73,9 @@ TEST_CASE("regression losses match PyTorch", "[ops][loss]") {
   against_torch("smooth_l1_beta0", {"x", "t"},
                 [](const V& v) { return smooth_l1_loss(v[0], v[1], Reduction::Mean, 0.0); });
   const Tensor bw = R("bce_weight.w");
-  against_torch("bce_weight", {"x", "t"},
-                [&](const V& v) { return binary_cross_entropy(v[0], v[1], bw.to(v[0].dtype())); });
+  against_torch("bce_weight", {"x", "t"}, [&](const V& v) {
+    return binary_cross_entropy(v[0], v[1], {.weight = bw.to(v[0].dtype())});
+  });
   against_torch("gnll_full", {"x", "t", "v"},
                 [](const V& v) { return gaussian_nll_loss(v[0], v[1], v[2], true, 1e-3); });
   against_torch("gnll_var1", {"x", "t", "v"},
@@ -109,7 +111,8 @@ TEST_CASE("regression loss gradients", "[ops][loss][grad]") {
     gradcheck([red](const V& v) { return huber_loss(v[0], v[1], red, 0.8); }, {lf(a), lf(b)});
     gradcheck(
         [red](const V& v) {
-          return binary_cross_entropy(sigmoid(v[0]), sigmoid(v[1]), sigmoid(v[2]), red);
+          return binary_cross_entropy(sigmoid(v[0]), sigmoid(v[1]),
+                                      {.reduction = red, .weight = sigmoid(v[2])});
         },
         {leaf({2, 3}, 1), leaf({2, 3}, 2), leaf({2, 3}, 3)});
     gradcheck(
@@ -151,7 +154,7 @@ TEST_CASE("loss modules", "[ops][loss][nn]") {
   Tensor p = sigmoid(x), w = rand({3});
   nn::BCELoss bce(w);
   CHECK(bce.named_buffers().size() == 1);
-  CHECK(allclose(bce(p, q), binary_cross_entropy(p, q, w), 0, 0));
+  CHECK(allclose(bce(p, q), binary_cross_entropy(p, q, {.weight = w}), 0, 0));
   Tensor var = exp(randn({4, 3}));
   CHECK(allclose(nn::GaussianNLLLoss(true)(x, t, var), gaussian_nll_loss(x, t, var, true), 0, 0));
 }

@@ -1,3 +1,5 @@
+// train::PreemptionHandler: a signal sets the flag (the first one kept), also from another
+// thread; computing threads block the signals; the previous handlers come back.
 #include <pthread.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>

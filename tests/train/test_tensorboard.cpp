@@ -9,6 +9,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/tensor.hpp"
 #include "dltrain/train/metrics.hpp"
+#include "src/train/crc32c.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace dltrain;

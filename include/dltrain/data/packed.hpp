@@ -230,10 +230,4 @@ class PackedImageDataset : public EpochDataset {
   std::unique_ptr<Shards> shards_;
 };
 
-namespace detail {
-/// Overwrites (or creates) the int64 root attribute `name` of the HDF5 file `path`; for
-/// tests that fake other format versions and mismatched files.
-void set_packed_int_attribute(const std::string& path, const std::string& name, int64_t value);
-}  // namespace detail
-
 }  // namespace dltrain::data

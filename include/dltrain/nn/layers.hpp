@@ -16,10 +16,20 @@ namespace dltrain::nn {
 
 /// y = x W^T + b. weight [out, in]; default init kaiming_uniform(a = sqrt(5)), bias
 /// U(+-1/sqrt(in)).
+/// Linear's options by name, as the convolutions take theirs (Conv2dOptions).
+struct LinearOptions {
+  bool bias = true;
+};
+
 class Linear : public Module {
  public:
+  /// PyTorch's positional form: Linear(3, 2) or Linear(3, 2, /*bias=*/false).
   Linear(int64_t in_features, int64_t out_features, bool bias = true,
          TensorOptions opts = TensorOptions());
+  /// The named form: Linear(3, 2, {.bias = false}).
+  Linear(int64_t in_features, int64_t out_features, const LinearOptions& options,
+         TensorOptions opts = TensorOptions())
+      : Linear(in_features, out_features, options.bias, opts) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   void reset_parameters();

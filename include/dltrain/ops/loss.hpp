@@ -58,10 +58,25 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
 /// to another loss, so it is refused naming the unsqueeze/squeeze that matches them; pass
 /// target.expand(input.shape()) to broadcast on purpose.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
-/// Numerically stable sigmoid + binary cross-entropy; pos_weight [C] optional.
+/// The options of binary_cross_entropy and binary_cross_entropy_with_logits (PyTorch's BCELoss
+/// and BCEWithLogitsLoss arguments, by name).
+struct BinaryCrossEntropyOptions {
+  Reduction reduction = Reduction::Mean;
+  /// Rescaling weight of each element's loss, broadcast to the input's shape (floating-point).
+  Tensor weight = Tensor();
+  /// binary_cross_entropy_with_logits only: the weight of the positive term per class, [C]
+  /// broadcast over the input's last dimension (> 1 raises recall, < 1 precision).
+  Tensor pos_weight = Tensor();
+};
+/// Numerically stable sigmoid + binary cross-entropy of `logits` against `target` (same shape,
+/// probabilities in [0, 1]): -w (pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))).
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        Reduction reduction = Reduction::Mean,
-                                        const Tensor& pos_weight = Tensor());
+                                        const BinaryCrossEntropyOptions& options = {});
+/// The earlier positional form (reduction before pos_weight, unlike binary_cross_entropy's);
+/// kept for one release.
+[[deprecated("pass BinaryCrossEntropyOptions{.reduction = ..., .pos_weight = ...}")]] Tensor
+binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
+                                 const Tensor& pos_weight = Tensor());
 
 // Regression and distribution losses (issue 14). Input and target must have the same shape
 // (PyTorch broadcasts with a warning; dltrain refuses, see mse_loss); every input may
@@ -86,9 +101,14 @@ Tensor kl_div(const Tensor& input, const Tensor& target,
               KLDivReduction reduction = KLDivReduction::Mean, bool log_target = false);
 /// Binary cross-entropy of probabilities input in [0, 1] against target, with PyTorch's
 /// clamp of each log at -100 and an optional rescaling weight (broadcast to input). The range
-/// of input is checked on the CPU only (on CUDA that would synchronise).
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
-                            Reduction reduction = Reduction::Mean);
+/// of input is checked on the CPU only (on CUDA that would synchronise). options.pos_weight is
+/// refused (it belongs to the logits form, as in PyTorch).
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            const BinaryCrossEntropyOptions& options = {});
+/// The earlier positional form; kept for one release.
+[[deprecated("pass BinaryCrossEntropyOptions{.reduction = ..., .weight = ...}")]] Tensor
+binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
+                     Reduction reduction = Reduction::Mean);
 /// Gaussian negative log-likelihood 0.5 (log var + (input - target)^2 / var) (+ 0.5 log 2 pi
 /// when full) with var clamped below at eps (the clamp passes gradients through, as PyTorch's
 /// no-grad clamp does). var has input's shape, or one dim fewer, or a last dim of 1

@@ -152,9 +152,5 @@ double wall_time_now();
 /// its masked CRC32C (u32), the payload and the payload's masked CRC32C. Throws dltrain::Error on
 /// a truncated record or a CRC mismatch, naming the record and offset. Needs DLTRAIN_WITH_PROTOBUF.
 std::vector<std::string> read_event_records(const std::string& path);
-/// CRC32C (Castagnoli) of `data` and TensorFlow's masked form of it (rotate right 15, +
-/// 0xa282ead8).
-uint32_t crc32c(const void* data, size_t size);
-uint32_t masked_crc32c(const void* data, size_t size);
 
 }  // namespace dltrain::train
