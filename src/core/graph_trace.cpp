@@ -19,8 +19,9 @@ GraphTracer* graph_tracer_here() { return t_tracer; }
 
 GraphTracer::GraphTracer(std::function<bool(std::string_view)> supported,
                          std::function<void(const TracedOp&)> check,
-                         const std::vector<Tensor>& known)
-    : supported_(std::move(supported)), check_(std::move(check)) {
+                         const std::vector<Tensor>& known,
+                         std::function<bool(std::string_view)> composite)
+    : supported_(std::move(supported)), check_(std::move(check)), composite_(std::move(composite)) {
   DLTRAIN_CHECK(t_tracer == nullptr,
                 "graph trace: this thread is already tracing a forward pass (an export_onnx "
                 "called from inside another one's forward); export the models one after the "
@@ -50,6 +51,8 @@ uint8_t GraphTracer::enter(std::string_view name, std::initializer_list<const Te
     ++depth_;
     return 1;
   }
+  // A composite at the top: not involved, so that the ops it calls are the outermost ones.
+  if (composite_ && composite_(name)) return 0;
   if (!supported_(name)) {
     // An op computed from constants only gives a constant (the exporter stores its value);
     // one that reads a graph value, or whose inputs the scope does not list, cannot be

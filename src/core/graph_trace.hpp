@@ -64,9 +64,12 @@ class GraphTracer {
   /// `check(op)`: runs on each op as it is recorded, still inside the op (and so inside the
   /// module that called it): it throws for attributes the mapping cannot express.
   /// `known`: tensors that are graph values from the start (inputs, parameters, buffers).
+  /// `composite(op)`: ops exported through their parts: their own scope is not recorded and the
+  /// ops they call are (scaled_dot_product_attention: matmul, softmax, masked_fill, ...).
   /// Throws dltrain::Error when this thread already has a tracer.
   GraphTracer(std::function<bool(std::string_view)> supported,
-              std::function<void(const TracedOp&)> check, const std::vector<Tensor>& known);
+              std::function<void(const TracedOp&)> check, const std::vector<Tensor>& known,
+              std::function<bool(std::string_view)> composite = {});
   ~GraphTracer();
   GraphTracer(const GraphTracer&) = delete;
   GraphTracer& operator=(const GraphTracer&) = delete;
@@ -90,6 +93,7 @@ class GraphTracer {
  private:
   std::function<bool(std::string_view)> supported_;
   std::function<void(const TracedOp&)> check_;
+  std::function<bool(std::string_view)> composite_;
   std::vector<TracedOp> ops_;
   std::vector<const TensorImpl*> known_;  // sorted
   std::vector<Tensor> keep_;              // keeps known tensors alive (no address reuse)

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <numbers>
 #include <set>
@@ -115,6 +116,13 @@ class Builder {
     n.attrs = std::move(attrs);
     m_.nodes.push_back(std::move(n));
     return m_.nodes.back().outputs[0];
+  }
+
+  /// Appends a node of `n` outputs and returns their names.
+  std::vector<std::string> node_outputs(const std::string& op_type, std::vector<std::string> inputs,
+                                        std::vector<GraphAttr> attrs, int n) {
+    node(op_type, std::move(inputs), std::move(attrs), n);
+    return m_.nodes.back().outputs;
   }
 
   /// `t` is the value `name` from now on (an op's output).
@@ -567,6 +575,104 @@ void map_rsqrt(Builder& b, const TracedOp& op) {
   b.bind(out(op), b.node("Reciprocal", {b.node("Sqrt", {b.value(in(op, 0))})}));
 }
 
+// slice and narrow: one axis of Slice (opset 13: starts, ends, axes, steps are inputs).
+void map_slice(Builder& b, const TracedOp& op) {
+  b.bind(out(op),
+         b.node("Slice", {b.value(in(op, 0)), b.const_i64({attr_i(op, "start")}),
+                          b.const_i64({attr_i(op, "end")}), b.const_i64({attr_i(op, "dim")}),
+                          b.const_i64({attr_i(op, "step")})}));
+}
+
+// select(d, i): Gather with a 0-d index drops the axis, as select does.
+void map_select(Builder& b, const TracedOp& op) {
+  const std::string index =
+      b.value(full({}, static_cast<double>(attr_i(op, "index")), TensorOptions(DType::i64)));
+  b.bind(out(op), b.node("Gather", {b.value(in(op, 0)), index}, {{"axis", attr_i(op, "dim")}}));
+}
+
+// split and chunk: one Split with the sizes (an input since opset 13).
+void map_split(Builder& b, const TracedOp& op) {
+  const std::vector<int64_t> sizes = attr_ints(op, "sizes");
+  const auto names = b.node_outputs("Split", {b.value(in(op, 0)), b.const_i64(sizes)},
+                                    {{"axis", attr_i(op, "dim")}}, static_cast<int>(sizes.size()));
+  for (size_t i = 0; i < op.outputs.size(); ++i) b.bind(op.outputs[i], names.at(i));
+}
+
+void map_stack(Builder& b, const TracedOp& op) {
+  const int64_t dim = attr_i(op, "dim");
+  const std::string axes = b.const_i64({dim});
+  std::vector<std::string> parts;
+  for (const Tensor& t : op.inputs)
+    parts.push_back(b.node("Unsqueeze", {b.cast(b.value(t), t.dtype(), out(op).dtype()), axes}));
+  b.bind(out(op), b.node("Concat", parts, {{"axis", dim}}));
+}
+
+// flip: a Slice running backwards over each flipped axis.
+void map_flip(Builder& b, const TracedOp& op) {
+  const std::vector<int64_t> axes = attr_ints(op, "dims");
+  const auto k = axes.size();
+  b.bind(out(op),
+         b.node("Slice", {b.value(in(op, 0)), b.const_i64(std::vector<int64_t>(k, -1)),
+                          b.const_i64(std::vector<int64_t>(k, std::numeric_limits<int64_t>::min())),
+                          b.const_i64(axes), b.const_i64(std::vector<int64_t>(k, -1))}));
+}
+
+// pad: F.pad's (before, after) pairs from the last dim, as ONNX's begins-then-ends over all.
+void map_pad(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const std::vector<int64_t> p = attr_ints(op, "pad");
+  const auto n = static_cast<size_t>(x.dim());
+  std::vector<int64_t> pads(2 * n, 0);
+  for (size_t k = 0; 2 * k + 1 < p.size(); ++k) {
+    pads[n - 1 - k] = p[2 * k];
+    pads[2 * n - 1 - k] = p[2 * k + 1];
+  }
+  const std::string mode = attr_s(op, "mode");
+  std::vector<std::string> ins{b.value(x), b.const_i64(pads)};
+  if (mode == "constant") ins.push_back(b.scalar(attr_f(op, "value"), x.dtype()));
+  b.bind(out(op), b.node("Pad", ins, {{"mode", mode}}));
+}
+
+// pixel_shuffle is DepthToSpace in CRD order; pixel_unshuffle (channel c r^2 + i r + j) is not
+// SpaceToDepth's order, so it is written out as Reshape, Transpose, Reshape.
+void map_pixel_shuffle(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const int64_t r = attr_i(op, "factor");
+  if (op.op == "pixel_shuffle") {
+    b.bind(out(op), b.node("DepthToSpace", {b.value(x)}, {{"blocksize", r}, {"mode", "CRD"}}));
+    return;
+  }
+  const int64_t n = b.dynamic() ? 0 : x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  std::string y = b.node("Reshape", {b.value(x), b.const_i64({n, C, H / r, r, W / r, r})});
+  y = b.node("Transpose", {y}, {{"perm", std::vector<int64_t>{0, 1, 3, 5, 2, 4}}});
+  b.bind(out(op), b.node("Reshape", {y, b.const_i64({n, C * r * r, H / r, W / r})}));
+}
+
+void map_embedding(Builder& b, const TracedOp& op) {
+  b.bind(out(op), b.node("Gather", {b.value(in(op, 0)), b.value(in(op, 1))}, {{"axis", 0}}));
+}
+
+// index_select keeps the axis for a 0-d index (one row); Gather would drop it.
+void map_index_select(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const Tensor& index = in(op, 1);
+  std::string iv = b.value(index);
+  if (index.dim() == 0) iv = b.node("Reshape", {iv, b.const_i64({1})});
+  b.bind(out(op), b.node("Gather", {b.value(x), iv},
+                         {{"axis", wrap_dim(attr_i(op, "dim"), x.dim(), "index_select")}}));
+}
+
+void map_conv1d(Builder& b, const TracedOp& op) {
+  const Tensor& w = in(op, 1);
+  const int64_t p = attr_i(op, "padding");
+  b.bind(out(op), b.node("Conv", {b.value(in(op, 0)), b.value(w), b.value(in(op, 2))},
+                         {{"kernel_shape", std::vector<int64_t>{w.size(2)}},
+                          {"strides", std::vector<int64_t>{attr_i(op, "stride")}},
+                          {"pads", std::vector<int64_t>{p, p}},
+                          {"dilations", std::vector<int64_t>{attr_i(op, "dilation")}},
+                          {"group", attr_i(op, "groups")}}));
+}
+
 // What the mappings cannot express, checked as each op is recorded (inside the op, so that a
 // module called as m(x) adds its path to the error).
 void check_traced(const TracedOp& op) {
@@ -589,6 +695,12 @@ void check_traced(const TracedOp& op) {
                  shape_str(in(op, 0).shape()),
                  ") cannot be exported: ONNX pools [N, C, H, W]; add the batch dim with "
                  "unsqueeze(0) before the pool");
+  }
+  if ((op.op == "pixel_shuffle" || op.op == "pixel_unshuffle") && in(op, 0).dim() != 4) {
+    DLTRAIN_FAIL("export_onnx: ", op.op, " on a ", in(op, 0).dim(), "-d input (shape ",
+                 shape_str(in(op, 0).shape()),
+                 ") cannot be exported: ONNX's DepthToSpace takes [N, C, H, W]; fold the extra "
+                 "dims into the batch with reshape before it");
   }
   if (op.op == "adaptive_avg_pool2d") {
     const int64_t H = in(op, 0).size(-2), W = in(op, 0).size(-1);
@@ -669,6 +781,19 @@ const std::map<std::string, Mapping, std::less<>>& mappings() {
       {"ge", map_compare},
       {"where", map_where},
       {"masked_fill", map_masked_fill},
+      {"slice", map_slice},
+      {"narrow", map_slice},
+      {"select", map_select},
+      {"split", map_split},
+      {"chunk", map_split},
+      {"stack", map_stack},
+      {"flip", map_flip},
+      {"pad", map_pad},
+      {"pixel_shuffle", map_pixel_shuffle},
+      {"pixel_unshuffle", map_pixel_shuffle},
+      {"embedding", map_embedding},
+      {"index_select", map_index_select},
+      {"conv1d", map_conv1d},
   };
   return m;
 }
@@ -718,8 +843,12 @@ Trace run_trace(const OnnxForward& forward, const std::vector<Tensor>& inputs,
   std::vector<Tensor> known = inputs;
   known.insert(known.end(), weights.begin(), weights.end());
   Trace t;
+  // Exported through the ops they call: attention is matmul, scale, mask, softmax and matmul
+  // (ONNX's Attention operator is opset 23).
+  auto composite = [](std::string_view name) { return name == "scaled_dot_product_attention"; };
   dltrain::detail::GraphTracer tracer(
-      [](std::string_view name) { return mappings().count(name) > 0; }, check_traced, known);
+      [](std::string_view name) { return mappings().count(name) > 0; }, check_traced, known,
+      composite);
   t.outputs = forward(inputs);
   DLTRAIN_CHECK(tracer.failure().empty(), tracer.failure());
   t.ops = tracer.ops();

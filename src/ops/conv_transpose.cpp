@@ -173,6 +173,13 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding, int64_t dilation, int64_t groups) {
   DLTRAIN_OP_SCOPE("conv1d", x, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {x, weight, bias},
+          {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}},
+          [&] { return conv1d(x, weight, bias, stride, padding, dilation, groups); });
+    });
   detail::check_defined("conv1d", x, "input");
   detail::check_defined("conv1d", weight, "weight");
   DLTRAIN_CHECK(x.dim() == 3, "conv1d: expected a 3-d input [N, C, L] but got shape ",

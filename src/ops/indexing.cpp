@@ -219,6 +219,11 @@ std::vector<Tensor> scatter_add_higher(const Tensor& g, const Tensor& index, int
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   DLTRAIN_OP_SCOPE("embedding", weight, indices);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({weight, indices}, {},
+                                  [&] { return embedding(weight, indices, padding_idx); });
+    });
   const char* op = "embedding";
   detail::check_defined(op, weight, "weight");
   detail::check_same_device(op, {&weight, &indices});
@@ -246,6 +251,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   DLTRAIN_OP_SCOPE("index_select", x, index);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, index}, {{"dim", dim}},
+                                  [&] { return index_select(x, dim, index); });
+    });
   const char* op = "index_select";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &index});

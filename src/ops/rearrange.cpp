@@ -40,6 +40,12 @@ Tensor flip(const Tensor& x, const Shape& dims) {
   DLTRAIN_OP_SCOPE("flip", x);
   const char* op = "flip";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      std::vector<int64_t> axes;
+      for (int64_t d : dims) axes.push_back(wrap_dim(d, x.dim(), op));
+      return detail::graph_record({x}, {{"dims", axes}}, [&] { return flip(x, dims); });
+    });
   Tensor r = x;
   std::vector<bool> seen(static_cast<size_t>(x.dim()), false);
   for (int64_t dim : dims) {

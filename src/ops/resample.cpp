@@ -426,6 +426,16 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double value) {
   DLTRAIN_OP_SCOPE("pad", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x},
+                                  {{"pad", p},
+                                   {"mode", mode == PadMode::Constant  ? "constant"
+                                            : mode == PadMode::Reflect ? "reflect"
+                                                                       : "edge"},
+                                   {"value", value}},
+                                  [&] { return pad(x, p, mode, value); });
+    });
   const char* op = "pad";
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(p.size() % 2 == 0 && static_cast<int64_t>(p.size() / 2) <= x.dim(),
@@ -482,6 +492,10 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, PadMode mode, double 
 
 Tensor pixel_shuffle(const Tensor& x, int64_t r) {
   DLTRAIN_OP_SCOPE("pixel_shuffle", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"factor", r}}, [&] { return pixel_shuffle(x, r); });
+    });
   detail::check_defined("pixel_shuffle", x, "input");
   DLTRAIN_CHECK(x.dim() >= 3, "pixel_shuffle: expected at least 3 dims [*, C, H, W] but got ",
                 shape_str(x.shape()));
@@ -502,6 +516,10 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r) {
 
 Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
   DLTRAIN_OP_SCOPE("pixel_unshuffle", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"factor", r}}, [&] { return pixel_unshuffle(x, r); });
+    });
   detail::check_defined("pixel_unshuffle", x, "input");
   DLTRAIN_CHECK(x.dim() >= 3, "pixel_unshuffle: expected at least 3 dims [*, C, H, W] but got ",
                 shape_str(x.shape()));

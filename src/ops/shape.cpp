@@ -170,6 +170,12 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   if (end < 0) end += n;
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({*this},
+                                  {{"dim", d}, {"start", start}, {"end", end}, {"step", step}},
+                                  [&] { return slice(d, start, end, step); });
+    });
   Shape ns = shape(), nst = strides();
   ns[d] = (end - start + step - 1) / step;
   nst[d] *= step;
@@ -200,6 +206,12 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   if (start < 0) start += n;
   DLTRAIN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ",
                 start + length, ") is outside dimension ", d, " of size ", n);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {*this}, {{"dim", d}, {"start", start}, {"end", start + length}, {"step", 1}},
+          [&] { return narrow(d, start, length); });
+    });
   return slice(d, start, start + length);
 }
 
@@ -210,6 +222,11 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   DLTRAIN_CHECK(index >= -n && index < n, "select: index ", index,
                 " is out of range for dimension ", d, " of size ", n);
   if (index < 0) index += n;
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({*this}, {{"dim", d}, {"index", index}},
+                                  [&] { return select(d, index); });
+    });
   return narrow(d, index, 1).squeeze(d);
 }
 
@@ -371,6 +388,11 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   if (auto ac = amp::detail::autocast_args(amp::Op::stack, tensors)) return stack(ac->args(), dim);
   DLTRAIN_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(std::vector<Tensor>(tensors), {{"dim", dim}},
+                                  [&] { return stack(tensors, dim); });
+    });
   std::vector<Tensor> u;
   for (size_t i = 0; i < tensors.size(); ++i) {
     DLTRAIN_CHECK(tensors[i].shape() == tensors[0].shape(), "stack: tensor ", i, " has shape ",
@@ -391,6 +413,11 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   }
   DLTRAIN_CHECK(total == x.shape()[dim], "split: sizes sum to ", total, " but dimension ", dim,
                 " has size ", x.shape()[dim]);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}, {"sizes", sizes}},
+                                  [&] { return split(x, sizes, dim); });
+    });
   std::vector<Tensor> r;
   int64_t off = 0;
   for (int64_t s : sizes) {
@@ -408,6 +435,11 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   std::vector<int64_t> sizes;
   for (int64_t off = 0; off < n; off += split_size) sizes.push_back(std::min(split_size, n - off));
   if (sizes.empty()) sizes.push_back(0);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}, {"sizes", sizes}},
+                                  [&] { return split(x, sizes, dim); });
+    });
   return split(x, sizes, dim);
 }
 
@@ -416,7 +448,16 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   DLTRAIN_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   dim = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.shape()[dim];
-  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, 1), dim);
+  const int64_t size = std::max<int64_t>((n + chunks - 1) / chunks, 1);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      std::vector<int64_t> sizes;
+      for (int64_t off = 0; off < n; off += size) sizes.push_back(std::min(size, n - off));
+      if (sizes.empty()) sizes.push_back(0);
+      return detail::graph_record({x}, {{"dim", dim}, {"sizes", sizes}},
+                                  [&] { return split(x, size, dim); });
+    });
+  return split(x, size, dim);
 }
 
 }  // namespace dltrain

@@ -8,7 +8,9 @@
 // pooling, nearest upsampling and a concatenation (a U-Net's skip), and a model of the other
 // covered layers (ConvTranspose2d, GroupNorm, LayerNorm over a permuted view, bilinear
 // upsampling, matmul, softmax, scalar arithmetic, mean), a model of activations, unary math,
-// comparisons, where and masked_fill, and a function of two named inputs
+// comparisons, where and masked_fill, a function of token ids and an image through the
+// indexing, slicing and rearranging ops (int64 inputs written as int64), and a function of two
+// named inputs
 // with three named outputs (one tensor returned twice). ResNet-18's weights are saved as
 // safetensors too, for the script to export them with `dltrain-convert export-onnx`.
 #include <catch2/catch.hpp>
@@ -39,16 +41,52 @@ void randomise(nn::Module& m) {
       t.copy_(add(mul(randn(t.shape()), 0.1), name.ends_with("weight") ? 1.0 : 0.0));
 }
 
+// Raw little-endian values: int64 tensors as int64 (token ids), everything else as f32.
 json write_array(const fs::path& dir, const std::string& file, const std::string& name,
                  const Tensor& t0) {
-  const Tensor t = t0.detach().to(DType::f32).contiguous();
+  const bool ints = t0.dtype() == DType::i64;
+  const Tensor t = t0.detach().to(ints ? DType::i64 : DType::f32).contiguous();
   std::ofstream f(dir / file, std::ios::binary);
   f.write(static_cast<const char*>(t.data_ptr()),
-          static_cast<std::streamsize>(t.numel() * sizeof(float)));
+          static_cast<std::streamsize>(t.numel() * static_cast<int64_t>(dtype_size(t.dtype()))));
   REQUIRE(f.good());
   return {{"name", name},
           {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
-          {"file", file}};
+          {"file", file},
+          {"dtype", ints ? "int64" : "float32"}};
+}
+
+// Writes one case of a function of several named inputs and outputs: exported at the first
+// batch size, run at each.
+json export_function(const fs::path& dir, const std::string& name, nn::Module& owner,
+                     const io::OnnxForward& forward, const io::OnnxExportOptions& o,
+                     const std::function<std::vector<Tensor>(int64_t)>& inputs,
+                     const std::vector<int64_t>& batches,
+                     const std::vector<std::string>& expect_initializers) {
+  const std::string file = name + ".onnx";
+  io::export_onnx(owner, forward, inputs(batches[0]), (dir / file).string(), o);
+  REQUIRE(owner.is_training());  // export_onnx restores the flags it changed
+  owner.eval();                  // the exported graph is the eval-mode forward
+  json runs = json::array();
+  for (int64_t b : batches) {
+    NoGradGuard ng;
+    const std::vector<Tensor> in = inputs(b);
+    const std::vector<Tensor> out = forward(in);
+    const std::string tag = name + "_b" + std::to_string(b);
+    json ins = json::array(), outs = json::array();
+    for (size_t i = 0; i < in.size(); ++i)
+      ins.push_back(
+          write_array(dir, tag + "_in" + std::to_string(i) + ".bin", o.input_names[i], in[i]));
+    for (size_t i = 0; i < out.size(); ++i)
+      outs.push_back(
+          write_array(dir, tag + "_out" + std::to_string(i) + ".bin", o.output_names[i], out[i]));
+    runs.push_back({{"inputs", ins}, {"outputs", outs}});
+  }
+  owner.train();
+  return {{"name", name},
+          {"file", file},
+          {"runs", runs},
+          {"initializers_include", expect_initializers}};
 }
 
 // Exports `model` (batch b1), then runs it in eval mode on inputs of batch b1 and b2.
@@ -256,6 +294,89 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
                       {"file", "two_io.onnx"},
                       {"runs", runs},
                       {"initializers_include", {"weight", "bias"}}});
+  }
+
+  // Token ids and an image through the indexing, slicing and rearranging ops: embedding,
+  // index_select, conv1d, chunk, split, stack, flip, slice, narrow, select, the three pad
+  // modes, pixel_unshuffle and pixel_shuffle.
+  {
+    struct Seq : nn::Module {
+      std::shared_ptr<nn::Embedding> emb;
+      std::shared_ptr<nn::Conv1d> conv;
+      Seq() : Module("Seq") {
+        emb = register_module("emb", std::make_shared<nn::Embedding>(20, 6));
+        conv = register_module(
+            "conv", std::make_shared<nn::Conv1d>(4, 8, 3, nn::Conv1dOptions{.padding = 1}));
+      }
+    };
+    auto seq = std::make_shared<Seq>();
+    const Tensor pick = from_vector<int64_t>({5, 0, 3, 3}, {4});
+    io::OnnxForward f = [seq, pick](const std::vector<Tensor>& in) {
+      Tensor e = (*seq->emb)(in[0]);                     // [b, 7, 6]
+      e = index_select(e, 2, pick);                      // [b, 7, 4]
+      const Tensor c = (*seq->conv)(e.transpose(1, 2));  // [b, 8, 7]
+      const std::vector<Tensor> halves = chunk(c, 2, 1);
+      const std::vector<Tensor> parts = split(c, std::vector<int64_t>{3, 5}, 1);
+      const Tensor st = flip(stack({halves[0], halves[1]}, 1), {3});  // [b, 2, 4, 7]
+      const Tensor img = in[1];                                       // [b, 4, 6, 6]
+      Tensor p = pad(img, {1, 1, 2, 0}, PadMode::Reflect);            // [b, 4, 8, 8]
+      p = pixel_shuffle(pixel_unshuffle(mul(p, 2.0), 2), 2);
+      p = add(pad(p, {1, 1, 1, 1}, PadMode::Constant, 0.5),
+              pad(p, {1, 1, 1, 1}, PadMode::Replicate));
+      return std::vector<Tensor>{st.slice(3, 1, 6, 2), st.narrow(2, 1, 2), st.select(1, 1),
+                                 parts[1], p};
+    };
+    const io::OnnxExportOptions o{
+        .input_names = {"tokens", "image"},
+        .output_names = {"sliced", "narrowed", "selected", "part", "image_out"},
+        .dynamic_batch = true};
+    auto inputs = [](int64_t b) {
+      return std::vector<Tensor>{randint(0, 20, {b, 7}), randn({b, 4, 6, 6})};
+    };
+    models.push_back(export_function(dir, "sequence", *seq, f, o, inputs, {3, 2},
+                                     {"emb.weight", "conv.weight"}));
+  }
+
+  // A transformer encoder layer (multi-head attention through its ops: matmul, softmax, ...),
+  // a causal attention call, an LSTM (2 layers, bidirectional) and a GRU, unrolled over the 5
+  // steps. A static batch: the recurrent zero state is built with the batch size.
+  {
+    auto enc = std::make_shared<nn::TransformerEncoderLayer>(
+        8, 2,
+        nn::TransformerEncoderLayerOptions{
+            .dim_feedforward = 16, .activation = "gelu", .batch_first = true});
+    auto lstm = std::make_shared<nn::LSTM>(
+        8, 6, nn::RNNOptions{.num_layers = 2, .batch_first = true, .bidirectional = true});
+    auto gru = std::make_shared<nn::GRU>(8, 4, nn::RNNOptions{.batch_first = true});
+    randomise(*enc);
+    auto inputs = [](int64_t b) { return std::vector<Tensor>{randn({b, 5, 8})}; };
+    auto add_static = [&](const std::string& name, nn::Module& owner, const io::OnnxForward& f,
+                          std::vector<std::string> outs, std::vector<std::string> inits) {
+      const io::OnnxExportOptions o{.input_names = {"tokens"}, .output_names = std::move(outs)};
+      models.push_back(export_function(dir, name, owner, f, o, inputs, {3}, inits));
+      models.back()["static_batch"] = true;
+    };
+    add_static("encoder", *enc,
+               [enc](const std::vector<Tensor>& in) { return std::vector<Tensor>{(*enc)(in[0])}; },
+               {"encoded"}, {"self_attn.in_proj_weight", "linear2.bias"});
+    add_static("causal_attention", *enc,
+               [](const std::vector<Tensor>& in) {
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention(in[0], in[0], in[0], Tensor(), 0.0, true)};
+               },
+               {"attended"}, {});
+    add_static("lstm", *lstm,
+               [lstm](const std::vector<Tensor>& in) {
+                 const auto [y, state] = (*lstm)(in[0]);
+                 return std::vector<Tensor>{y, state.first, state.second};
+               },
+               {"y", "h", "c"}, {"weight_hh_l1_reverse"});
+    add_static("gru", *gru,
+               [gru](const std::vector<Tensor>& in) {
+                 const auto [y, h] = (*gru)(in[0]);
+                 return std::vector<Tensor>{y, h};
+               },
+               {"y", "h"}, {"bias_ih_l0"});
   }
 
   std::ofstream f(dir / "expect.json");
