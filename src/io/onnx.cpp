@@ -673,6 +673,146 @@ void map_conv1d(Builder& b, const TracedOp& op) {
                           {"group", attr_i(op, "groups")}}));
 }
 
+// The reduced axes (all when `dims` is empty), wrapped.
+std::vector<int64_t> reduced_axes(const Tensor& x, const std::vector<int64_t>& dims,
+                                  const char* op) {
+  std::vector<int64_t> axes;
+  if (dims.empty())
+    for (int64_t d = 0; d < x.dim(); ++d) axes.push_back(d);
+  for (int64_t d : dims) axes.push_back(wrap_dim(d, x.dim(), op));
+  return axes;
+}
+
+// A constant that depends on the size of the reduced dims is wrong for another batch size.
+void refuse_batch_axis(const Builder& b, const TracedOp& op, const std::vector<int64_t>& axes) {
+  DLTRAIN_CHECK(!b.dynamic() || std::find(axes.begin(), axes.end(), 0) == axes.end(),
+                "export_onnx: ", op.op,
+                " over the batch dimension cannot be exported with a dynamic batch (its divisor "
+                "is the traced batch size); export with dynamic_batch = false");
+}
+
+// var: mean, centred squares summed, divided by (count - correction), as dltrain computes it.
+void map_var(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const auto axes = reduced_axes(x, attr_ints(op, "dims"), "var");
+  refuse_batch_axis(b, op, axes);
+  int64_t count = 1;
+  for (int64_t d : axes) count *= x.size(d);
+  const DType dt = out(op).dtype();
+  const std::string xv = b.cast(b.value(x), x.dtype(), dt);
+  const std::string m = b.node("ReduceMean", {xv}, {{"axes", axes}, {"keepdims", 1}});
+  const std::string c = b.node("Sub", {xv, m});
+  const std::string ss = b.node("ReduceSum", {b.node("Mul", {c, c}), b.const_i64(axes)},
+                                {{"keepdims", attr_i(op, "keepdim")}});
+  const double denom = static_cast<double>(count - attr_i(op, "correction"));
+  b.bind(out(op), b.node("Div", {ss, b.scalar(denom > 0 ? denom : NAN, dt)}));
+}
+
+// max/min over a dim (values and first indices), over everything, and argmax/argmin.
+void map_extreme(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const bool is_max = op.op == "max" || op.op == "argmax";
+  const std::string xv = b.value(x);
+  if (op.outputs.size() == 1) {  // over all elements: a 0-d result
+    b.bind(out(op), b.node(is_max ? "ReduceMax" : "ReduceMin", {xv}, {{"keepdims", 0}}));
+    return;
+  }
+  const int64_t d = attr_i(op, "dim"), keep = attr_i(op, "keepdim");
+  b.bind(out(op, 0), b.node(is_max ? "ReduceMax" : "ReduceMin", {xv},
+                            {{"axes", std::vector<int64_t>{d}}, {"keepdims", keep}}));
+  b.bind(out(op, 1), b.node(is_max ? "ArgMax" : "ArgMin", {xv},
+                            {{"axis", d}, {"keepdims", keep}, {"select_last_index", 0}}));
+}
+
+void map_cumsum(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const std::string xv = b.cast(b.value(x), x.dtype(), out(op).dtype());
+  if (x.dim() == 0) {  // one element: itself
+    b.bind(out(op), b.node("Identity", {xv}));
+    return;
+  }
+  const int64_t d = wrap_dim(attr_i(op, "dim"), x.dim(), "cumsum");
+  b.bind(out(op), b.node("CumSum", {xv, b.scalar(static_cast<double>(d), DType::i64)}));
+}
+
+void map_prod(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const std::string xv = b.cast(b.value(x), x.dtype(), out(op).dtype());
+  if (find_attr(op, "dim") == nullptr || x.dim() == 0) {  // all elements
+    b.bind(out(op), b.node("ReduceProd", {xv}, {{"keepdims", 0}}));
+    return;
+  }
+  const int64_t d = wrap_dim(attr_i(op, "dim"), x.dim(), "prod");
+  b.bind(out(op), b.node("ReduceProd", {xv},
+                         {{"axes", std::vector<int64_t>{d}}, {"keepdims", attr_i(op, "keepdim")}}));
+}
+
+void map_logsumexp(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const auto axes = reduced_axes(x, attr_ints(op, "dims"), "logsumexp");
+  b.bind(out(op), b.node("ReduceLogSumExp", {b.value(x)},
+                         {{"axes", axes}, {"keepdims", attr_i(op, "keepdim")}}));
+}
+
+// norm: ReduceL1 / ReduceL2, the max of |x| for p = inf, (sum |x|^p)^(1/p) otherwise.
+void map_norm(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const double p = attr_f(op, "p");
+  const auto axes = reduced_axes(x, attr_ints(op, "dims"), "norm");
+  const std::vector<GraphAttr> attrs{{"axes", axes}, {"keepdims", attr_i(op, "keepdim")}};
+  const std::string xv = b.value(x);
+  std::string r;
+  if (p == 1.0) {
+    r = b.node("ReduceL1", {xv}, attrs);
+  } else if (p == 2.0) {
+    r = b.node("ReduceL2", {xv}, attrs);
+  } else if (std::isinf(p)) {
+    r = b.node("ReduceMax", {b.node("Abs", {xv})}, attrs);
+  } else {
+    const std::string s =
+        b.node("ReduceSum",
+               {b.node("Pow", {b.node("Abs", {xv}), b.scalar(p, x.dtype())}), b.const_i64(axes)},
+               {{"keepdims", attr_i(op, "keepdim")}});
+    r = b.node("Pow", {s, b.scalar(1.0 / p, x.dtype())});
+  }
+  b.bind(out(op), r);
+}
+
+void map_gather(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  b.bind(out(op), b.node("GatherElements", {b.value(x), b.value(in(op, 1))},
+                         {{"axis", wrap_dim(attr_i(op, "dim"), x.dim(), "gather")}}));
+}
+
+void map_scatter_add(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const DType dt = out(op).dtype();
+  b.bind(out(op), b.node("ScatterElements",
+                         {b.cast(b.value(x), x.dtype(), dt), b.value(in(op, 1)),
+                          b.cast(b.value(in(op, 2)), in(op, 2).dtype(), dt)},
+                         {{"axis", wrap_dim(attr_i(op, "dim"), x.dim(), "scatter_add")},
+                          {"reduction", "add"}}));
+}
+
+// instance_norm with the input's statistics is InstanceNormalization (scale and bias are
+// required there: ones and zeros without affine parameters); with running statistics it is
+// BatchNormalization.
+void map_instance_norm(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const int64_t C = x.size(1);
+  const TensorOptions o(x.dtype());
+  const std::string scale = in(op, 3).defined() ? b.value(in(op, 3)) : b.value(ones({C}, o));
+  const std::string bias = in(op, 4).defined() ? b.value(in(op, 4)) : b.value(zeros({C}, o));
+  const double eps = attr_f(op, "eps");
+  if (attr_i(op, "use_input_stats")) {
+    b.bind(out(op), b.node("InstanceNormalization", {b.value(x), scale, bias}, {{"epsilon", eps}}));
+    return;
+  }
+  b.bind(out(op), b.node("BatchNormalization",
+                         {b.value(x), scale, bias, b.value(in(op, 1)), b.value(in(op, 2))},
+                         {{"epsilon", eps}}));
+}
+
 // What the mappings cannot express, checked as each op is recorded (inside the op, so that a
 // module called as m(x) adds its path to the error).
 void check_traced(const TracedOp& op) {
@@ -696,6 +836,10 @@ void check_traced(const TracedOp& op) {
                  ") cannot be exported: ONNX pools [N, C, H, W]; add the batch dim with "
                  "unsqueeze(0) before the pool");
   }
+  if (op.op == "norm" && attr_f(op, "p") == 0.0)
+    DLTRAIN_FAIL(
+        "export_onnx: norm with p = 0 (the count of non-zeros) has no ONNX mapping; "
+        "compute it outside the exported forward");
   if ((op.op == "pixel_shuffle" || op.op == "pixel_unshuffle") && in(op, 0).dim() != 4) {
     DLTRAIN_FAIL("export_onnx: ", op.op, " on a ", in(op, 0).dim(), "-d input (shape ",
                  shape_str(in(op, 0).shape()),
@@ -794,6 +938,18 @@ const std::map<std::string, Mapping, std::less<>>& mappings() {
       {"embedding", map_embedding},
       {"index_select", map_index_select},
       {"conv1d", map_conv1d},
+      {"var", map_var},
+      {"max", map_extreme},
+      {"min", map_extreme},
+      {"argmax", map_extreme},
+      {"argmin", map_extreme},
+      {"cumsum", map_cumsum},
+      {"prod", map_prod},
+      {"logsumexp", map_logsumexp},
+      {"norm", map_norm},
+      {"gather", map_gather},
+      {"scatter_add", map_scatter_add},
+      {"instance_norm", map_instance_norm},
   };
   return m;
 }

@@ -234,6 +234,14 @@ Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& 
                      const Tensor& weight, const Tensor& bias, bool use_input_stats,
                      double momentum, double eps) {
   DLTRAIN_OP_SCOPE("instance_norm", x, running_mean, running_var, weight, bias);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, running_mean, running_var, weight, bias},
+                                  {{"use_input_stats", use_input_stats}, {"eps", eps}}, [&] {
+                                    return instance_norm(x, running_mean, running_var, weight, bias,
+                                                         use_input_stats, momentum, eps);
+                                  });
+    });
   const char* op = "instance_norm";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &running_mean, &running_var, &weight, &bias});

@@ -275,6 +275,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   DLTRAIN_OP_SCOPE("gather", x, index);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, index}, {{"dim", dim}},
+                                  [&] { return gather(x, dim, index); });
+    });
   const char* op = "gather";
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {&x, &index});
@@ -321,6 +326,11 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   DLTRAIN_OP_SCOPE("scatter_add", x, index, src);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, index, src}, {{"dim", dim}},
+                                  [&] { return scatter_add(x, dim, index, src); });
+    });
   if (auto ac = amp::detail::autocast_args(amp::Op::scatter_add, {&x, &index, &src}))
     return scatter_add((*ac)[0], dim, (*ac)[1], (*ac)[2]);
   const char* op = "scatter_add";

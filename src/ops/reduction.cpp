@@ -184,6 +184,12 @@ Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   DLTRAIN_OP_SCOPE("var", x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(
+          {x}, {{"dims", dims}, {"correction", correction}, {"keepdim", keepdim}},
+          [&] { return var(x, dims, correction, keepdim); });
+    });
   Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
   const ReducePlan p = plan(xf, dims, keepdim, "var");
   Tensor centered = sub(xf, mean(xf, dims, true));
@@ -228,13 +234,17 @@ void extreme_cpu(const Tensor& x, const ReducePlan& p, const Tensor& values, con
 
 std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t dim, bool keepdim,
                                       bool is_max) {
-  // A scope of its own: the profiler times it, and export_onnx refuses it (no mapping yet)
-  // instead of taking its output for a constant.
+  // A scope of its own: the profiler times it, and export_onnx records it (ReduceMax/ArgMax).
   DLTRAIN_OP_SCOPE(op, x);
   detail::check_defined(op, x, "input");
   DLTRAIN_CHECK(x.numel() > 0, op, ": cannot reduce an empty tensor of shape ",
                 shape_str(x.shape()));
   const int64_t d = wrap_dim(dim, x.dim(), op);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", d}, {"keepdim", keepdim}},
+                                  [&] { return extreme_dim(op, x, d, keepdim, is_max); });
+    });
   const ReducePlan p = plan(x, x.dim() == 0 ? Shape{} : Shape{d}, keepdim, op);
   Tensor values = empty(p.out_shape, TensorOptions(x.dtype()).with_device(x.device()));
   Tensor indices = empty(p.out_shape, TensorOptions(DType::i64).with_device(x.device()));
@@ -269,6 +279,9 @@ std::pair<Tensor, Tensor> extreme_dim(const char* op, const Tensor& x, int64_t d
 
 Tensor extreme_all(const char* op, const Tensor& x, bool is_max) {
   DLTRAIN_OP_SCOPE(op, x);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return extreme_all(op, x, is_max); }); });
   Tensor flat = x.detach().reshape({-1});
   const Tensor v = extreme_dim(op, flat, 0, false, is_max).first;
   // The closure keeps a detached handle: `v` itself gets this node as its grad_fn, and a node

@@ -135,6 +135,10 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
   DLTRAIN_OP_SCOPE("cumsum", x);
   const char* op = "cumsum";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}}, [&] { return cumsum(x, dim); });
+    });
   if (x.dim() == 0) return cumsum(x.reshape({1}), 0).reshape({});
   const int64_t d = wrap_dim(dim, x.dim(), op);
   const Tensor xw = widen(x.detach());
@@ -153,6 +157,11 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
   DLTRAIN_OP_SCOPE("prod", x);
   const char* op = "prod";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}, {"keepdim", keepdim}},
+                                  [&] { return prod(x, dim, keepdim); });
+    });
   if (x.dim() == 0) return prod(x.reshape({1}), 0, false).reshape({});
   const int64_t d = wrap_dim(dim, x.dim(), op);
   const Tensor xw = widen(x.detach());
@@ -185,6 +194,9 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor prod(const Tensor& x) {
   DLTRAIN_OP_SCOPE("prod", x);
   detail::check_defined("prod", x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold(
+        [&] { return detail::graph_record({x}, {}, [&] { return prod(x); }); });
   return prod(x.reshape({-1}), 0, false);
 }
 
@@ -192,6 +204,11 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
   DLTRAIN_OP_SCOPE("logsumexp", x);
   const char* op = "logsumexp";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dims", dims}, {"keepdim", keepdim}},
+                                  [&] { return logsumexp(x, dims, keepdim); });
+    });
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": input must be floating-point but has dtype ",
                 x.dtype(), "; convert it with .to(DType::f32)");
   Tensor m = amax_keep(x, dims);
@@ -205,6 +222,11 @@ Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   DLTRAIN_OP_SCOPE("norm", x);
   const char* op = "norm";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"p", p}, {"dims", dims}, {"keepdim", keepdim}},
+                                  [&] { return norm(x, p, dims, keepdim); });
+    });
   DLTRAIN_CHECK(is_floating(x.dtype()), op, ": input must be floating-point but has dtype ",
                 x.dtype(), "; convert it with .to(DType::f32)");
   const bool inf = std::isinf(p) && p > 0;

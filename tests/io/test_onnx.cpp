@@ -1,8 +1,8 @@
 // io::export_onnx's error paths and side effects: an op with no ONNX mapping stops the export
 // with an error naming the op and the module path where it ran (and so does an op whose
-// output would otherwise be taken for a constant, argmax), a path that cannot be written, eval-only
-// semantics (BatchNorm without running statistics), the training flags restored after the trace,
-// and a build without protobuf. That the files are right is checked by ONNX Runtime
+// output would otherwise be taken for a constant, argsort), a path that cannot be written,
+// eval-only semantics (BatchNorm without running statistics), the training flags restored after the
+// trace, and a build without protobuf. That the files are right is checked by ONNX Runtime
 // (tests/io/onnx_runtime_check.py).
 #include <unistd.h>
 
@@ -19,19 +19,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A layer whose forward uses an op export_onnx does not map (cumsum).
-struct CumsumLayer : nn::Module {
-  CumsumLayer() : Module("CumsumLayer") {}
-  Tensor forward(const Tensor& x) override { return cumsum(x, 1); }
+// A layer whose forward uses an op export_onnx does not map (roll).
+struct RollLayer : nn::Module {
+  RollLayer() : Module("RollLayer") {}
+  Tensor forward(const Tensor& x) override { return roll(x, {1}, {1}); }
 };
 
-// A layer whose forward uses argmax (no ONNX mapping yet) as a value: its output must not be
+// A layer whose forward uses argsort (no ONNX mapping yet) as a value: its output must not be
 // taken for a constant.
 struct MaskLayer : nn::Module {
   MaskLayer() : Module("MaskLayer") {}
-  Tensor forward(const Tensor& x) override {
-    return mul(x, argmax(x, 1, /*keepdim=*/true).to(x.dtype()));
-  }
+  Tensor forward(const Tensor& x) override { return mul(x, argsort(x, 1).to(x.dtype())); }
 };
 
 // A forward that branches on the input's values.
@@ -57,10 +55,10 @@ TEST_CASE("export_onnx names an op without ONNX mapping and the module path", "[
   }
   auto model = nn::sequential(
       {std::make_shared<nn::Linear>(4, 6),
-       nn::sequential({std::make_shared<nn::ReLU>(), std::make_shared<CumsumLayer>()})});
-  const fs::path path = scratch("cumsum.onnx");
+       nn::sequential({std::make_shared<nn::ReLU>(), std::make_shared<RollLayer>()})});
+  const fs::path path = scratch("roll.onnx");
   REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 4})}, path.string()),
-                      Contains("'cumsum' has no ONNX mapping") && Contains("in 1.1 (CumsumLayer)"));
+                      Contains("'roll' has no ONNX mapping") && Contains("in 1.1 (RollLayer)"));
   CHECK_FALSE(fs::exists(path));
   // The tracer is gone: the same model runs (and records autograd) as usual afterwards.
   Tensor y = (*model)(randn({2, 4}));
@@ -75,14 +73,14 @@ TEST_CASE("export_onnx refuses an unmapped op instead of baking it in as a const
     return;
   }
   auto model = nn::sequential({std::make_shared<nn::Linear>(3, 3), std::make_shared<MaskLayer>()});
-  REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 3})}, scratch("argmax.onnx").string()),
-                      Contains("'argmax' has no ONNX mapping") && Contains("in 1 (MaskLayer)"));
+  REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 3})}, scratch("argsort.onnx").string()),
+                      Contains("'argsort' has no ONNX mapping") && Contains("in 1 (MaskLayer)"));
   // A plain function (no module): the op's name alone.
   io::OnnxForward f = [](const std::vector<Tensor>& x) {
-    return std::vector<Tensor>{cumsum(relu(x[0]), 0)};
+    return std::vector<Tensor>{roll(relu(x[0]), {1}, {0})};
   };
   REQUIRE_THROWS_WITH(io::export_onnx(f, {randn({3})}, scratch("f.onnx").string()),
-                      Contains("'cumsum' has no ONNX mapping"));
+                      Contains("'roll' has no ONNX mapping"));
 }
 
 TEST_CASE("export_onnx raises a clear error for a path it cannot write", "[io][onnx]") {

@@ -337,6 +337,46 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
                                      {"emb.weight", "conv.weight"}));
   }
 
+  // Reductions, cumulative and indexed ops over the non-batch dims, and instance norm (input
+  // statistics, affine; running statistics), at two batch sizes. argmax/max read the input
+  // itself, so that ONNX Runtime sees the very values dltrain compared.
+  {
+    struct Red : nn::Module {
+      std::shared_ptr<nn::InstanceNorm2d> in1, in2;
+      Red() : Module("Red") {
+        in1 = register_module("in1", std::make_shared<nn::InstanceNorm2d>(
+                                         4, nn::InstanceNormOptions{.affine = true}));
+        in2 = register_module(
+            "in2", std::make_shared<nn::InstanceNorm2d>(
+                       4, nn::InstanceNormOptions{.affine = true, .track_running_stats = true}));
+      }
+    };
+    auto red = std::make_shared<Red>();
+    randomise(*red);
+    io::OnnxForward f = [red](const std::vector<Tensor>& in) {
+      const Tensor& x = in[0];                                               // [b, 4, 5, 6]
+      const auto [mx, arg] = max(x, 2, /*keepdim=*/false);                   // [b, 4, 6]
+      const Tensor idx = argmax(x, 3, /*keepdim=*/true);                     // [b, 4, 5, 1]
+      Tensor a = add(var(x, {2, 3}), sum(logsumexp(x, {1, 3}), {1}, true));  // [b, 4]
+      a = add(a, sum(add(norm(x, 2.0, {3}), norm(x, 1.0, {3})), {2}));
+      a = add(a, sum(add(norm(x, INFINITY, {3}), norm(x, 3.0, {3})), {2}));
+      a = add(a, sub(min(x), max(x)));                                     // 0-d, broadcast
+      Tensor c = add(cumsum(x, 1), prod(add(mul(x, 0.1), 1.0), 2, true));  // [b, 4, 5, 6]
+      c = add(c, gather(x, 3, idx));                                       // the row maxima
+      c = scatter_add(c, 3, idx, mul(gather(x, 3, idx), 2.0));
+      const Tensor n = add((*red->in1)(x), (*red->in2)(x));
+      return std::vector<Tensor>{a, add(mx, arg.to(DType::f32)), c, n,
+                                 add(idx.to(DType::f32), prod(x, 1, true))};
+    };
+    const io::OnnxExportOptions o{
+        .input_names = {"x"},
+        .output_names = {"reduced", "max_and_index", "scanned", "normed", "index_and_prod"},
+        .dynamic_batch = true};
+    auto inputs = [](int64_t b) { return std::vector<Tensor>{randn({b, 4, 5, 6})}; };
+    models.push_back(export_function(dir, "reductions", *red, f, o, inputs, {3, 2},
+                                     {"in1.weight", "in2.running_var"}));
+  }
+
   // A transformer encoder layer (multi-head attention through its ops: matmul, softmax, ...),
   // a causal attention call, an LSTM (2 layers, bidirectional) and a GRU, unrolled over the 5
   // steps. A static batch: the recurrent zero state is built with the batch size.
