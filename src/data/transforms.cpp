@@ -348,6 +348,9 @@ void ImagePipeline::check() const {
       DLTRAIN_CHECK(augment[k] != nullptr, "ImagePipeline: augment[", k, "] is null");
   } else {
     DLTRAIN_CHECK(resize >= 1, "ImagePipeline: resize must be >= 1, got ", resize);
+    DLTRAIN_CHECK(augment.empty(), "ImagePipeline: augment holds ", augment.size(),
+                  " augmentation(s) but this is an Eval pipeline, which does not augment; use "
+                  "ImagePipeline::train or clear augment");
   }
 }
 

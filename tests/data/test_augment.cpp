@@ -204,6 +204,9 @@ TEST_CASE("Augmentations reject bad arguments with clear errors", "[augment]") {
   ImagePipeline p = ImagePipeline::train(32);
   p.augment.push_back(nullptr);
   CHECK_THROWS_WITH(p.check(), Contains("augment[0] is null"));
+  ImagePipeline e = ImagePipeline::eval(36, 32);
+  e.augment.push_back(make_auto_augment("trivial"));
+  CHECK_THROWS_WITH(e.check(), Contains("Eval pipeline"));
 }
 
 TEST_CASE("TrivialAugmentWide draws ops, bins and signs uniformly", "[augment][distribution]") {

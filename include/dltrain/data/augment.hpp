@@ -24,7 +24,8 @@
 // torchvision draws from torch's generator (the same distributions, not torch's bits), so
 // an augmented sample is a pure function of (seed, epoch, sample index, stream): it does
 // not depend on the thread, the worker or what other samples drew. In ImagePipeline the
-// k-th augmentation of `augment` draws from stream 2 + k (0 and 1 are the crop and flip).
+// k-th augmentation of `augment` draws from stream 2 + k (0 and 1 are the crop and flip);
+// only Train pipelines take augmentations (check() refuses them on an Eval one).
 //
 // RandomErasing: torchvision's recipe applies it after Normalize, on the float tensor,
 // erasing to value 0 (the mean). Here it acts on the u8 image, before normalisation, so
