@@ -19,8 +19,13 @@ transforms share for these ops on tensors) and compares:
   224x224 and 61x83, 17 bins) and AutoAugment (10 bins), and the ImageNet policy table,
   exactly (float32 values).
 
+The same calls through torchvision.transforms.v2's functional API (and v2's
+_apply_image_or_video_transform for the policies' ops) are compared too and reported in the
+last columns (values off by one, tie pixels, other differences); they do not decide the exit
+status: the v1 tensor path is the reference dltrain follows.
+
 Prints, per op family, the cases, the pixels compared, those off by one level and the tie
-pixels. Exits 1 on any disagreement, 4 (ctest's SKIP_RETURN_CODE) when the Python with torch
+pixels. Exits 1 on any disagreement with v1, 4 (ctest's SKIP_RETURN_CODE) when the Python with torch
 and torchvision is missing.
 
 Usage: torchvision_augment_check.py --writer PATH/test_data [--python PATH/.venv-peers/bin/python]
@@ -61,6 +66,9 @@ def main():
         import torchvision
         import torchvision.transforms.functional as F
         from torchvision.transforms import InterpolationMode, autoaugment
+        from torchvision.transforms import v2
+        from torchvision.transforms.v2 import functional as F2
+        from torchvision.transforms.v2._utils import _setup_fill_arg
     except ImportError as e:
         print(f"torchvision_augment_check.py: SKIPPED: {e} for {sys.executable}; run "
               "scripts/setup.sh --peers (pip install torch torchvision)", file=sys.stderr)
@@ -113,6 +121,24 @@ def main():
             failures.append("the ImageNet AutoAugment policy table differs from torchvision's")
         print(f"tables: 6 augmentation spaces and the ImageNet policy compared exactly, "
               f"{len(failures)} differences")
+        # v2's spaces, reported: Solarize there is a fraction of 255, applied as 255 * m.
+        for key, t, args in [("trivial_space_31", v2.TrivialAugmentWide(), (31, None, None)),
+                             ("rand_space_31_hw", v2.RandAugment(), (31, H, W)),
+                             ("auto_space_224", v2.AutoAugment(), (10, 224, 224))]:
+            notes = []
+            for e in spec[key]:
+                if e["op"] not in t._AUGMENTATION_SPACE:
+                    continue
+                fn, signed = t._AUGMENTATION_SPACE[e["op"]]
+                vals = fn(*args)
+                want = [] if vals is None or vals.ndim == 0 else [float(v) for v in vals.tolist()]
+                if e["op"] == "Solarize":
+                    want = [float(torch.tensor(v, dtype=torch.float64) * 255) for v in want]
+                diff = [(i, a, b) for i, (a, b) in enumerate(zip(e["magnitudes"], want)) if a != b]
+                if diff or len(want) != len(e["magnitudes"]):
+                    notes.append(f"{e['op']} at bins {[d[0] for d in diff]} (ours {[d[1] for d in diff][:3]}, v2 "
+                                 f"{[d[2] for d in diff][:3]})")
+            print(f"v2 {key}: " + ("the same values" if not notes else "differs: " + "; ".join(notes)))
 
         # --- the ops ---
         def reference(img, call):
@@ -144,6 +170,44 @@ def main():
                         img = fns[k](img, f)
                 return img
             return getattr(F, fn)(img, *call["args"])
+
+        def reference_v2(img, call):
+            """The same call through torchvision.transforms.v2 (reported, not required)."""
+            fn = call["fn"]
+            if fn == "op":
+                fill = call["fill"]
+                if fill is not None:
+                    fill = [float(v) for v in fill] if len(fill) > 1 else [float(fill[0])] * img.shape[0]
+                t = v2.AutoAugment() if call["op"] == "Invert" else v2.TrivialAugmentWide()
+                # v2's Solarize magnitude is a fraction of the dtype's maximum (its table is
+                # linspace(1, 0, bins), multiplied by 255 when applied).
+                mag = call["magnitude"] / 255.0 if call["op"] == "Solarize" else call["magnitude"]
+                return t._apply_image_or_video_transform(img, call["op"], mag,
+                                                         InterpolationMode.NEAREST,
+                                                         _setup_fill_arg(fill))
+            if fn == "rotate":
+                return F2.rotate(img, call["args"][0], InterpolationMode.NEAREST,
+                                 fill=call["fill"])
+            if fn == "affine":
+                return F2.affine(img, angle=call["angle"], translate=call["translate"],
+                                 scale=call["scale"], shear=call["shear"],
+                                 interpolation=InterpolationMode.NEAREST, fill=call["fill"],
+                                 center=call["center"])
+            if fn == "erase":
+                i, j, h, w = call["box"]
+                v = torch.tensor(call["value"], dtype=torch.uint8).view(-1, 1, 1)
+                return F2.erase(img, i, j, h, w, v)
+            if fn == "gaussian_blur":
+                return F2.gaussian_blur(img, call["args"][0], call["args"][1])
+            if fn == "color_jitter":
+                fns = [F2.adjust_brightness, F2.adjust_contrast, F2.adjust_saturation,
+                       F2.adjust_hue]
+                for k in call["order"]:
+                    f = call["factors"][k]
+                    if f is not None and not math.isnan(f):
+                        img = fns[k](img, f)
+                return img
+            return getattr(F2, fn)(img, *call["args"])
 
         def source_coords(img, call):
             """Float64 source coordinates (x, y) torchvision samples for every output pixel."""
@@ -179,21 +243,15 @@ def main():
             sy = m[3] * xs + m[4] * ys + m[5] + h * 0.5 - 0.5
             return sx, sy
 
-        stats = collections.OrderedDict()
-        for case in spec["cases"]:
-            call = case["call"]
-            img = inputs[case["input"]]
-            ours = load(case["file"], case["height"], case["width"], case["channels"])
-            ref = reference(img.clone(), call)
-            family = call["op"] if call["fn"] == "op" else call["fn"]
-            key = f"{family} ({case['input']})"
-            st = stats.setdefault(key, [0, 0, 0, 0, 0])  # cases, pixels, off-by-one, ties, maxdiff
+        def compare(key, call, img, ours, ref, st, fails):
+            """Adds to st [cases, values, off by 1, tie pixels, max, not-tie pixels]."""
             st[0] += 1
             if tuple(ref.shape) != tuple(ours.shape):
-                failures.append(f"{key} {call}: shape {tuple(ours.shape)} != {tuple(ref.shape)}")
-                continue
+                fails.append(f"{key} {call}: shape {tuple(ours.shape)} != {tuple(ref.shape)}")
+                return
             diff = (ours.to(torch.int32) - ref.to(torch.int32)).abs()
             st[1] += diff.numel()
+            family = call["op"] if call["fn"] == "op" else call["fn"]
             if family in GEOMETRIC:
                 bad = (diff > 0).any(dim=0).numpy()
                 if bad.any():
@@ -202,26 +260,46 @@ def main():
                     fy = np.abs(np.abs(sy - np.floor(sy)) - 0.5)
                     tie = (fx < TIE_TOL) | (fy < TIE_TOL)
                     not_tie = bad & ~tie
-                    st[3] += int(bad.sum())
+                    st[3] += int((bad & tie).sum())
+                    st[5] += int(not_tie.sum())
                     if not_tie.any():
                         yy, xx = np.argwhere(not_tie)[0]
-                        failures.append(f"{key} {call}: {int(not_tie.sum())} pixels differ away "
-                                        f"from a tie, first at (y {yy}, x {xx}): ours "
-                                        f"{ours[:, yy, xx].tolist()}, torchvision "
-                                        f"{ref[:, yy, xx].tolist()}, source ({sx[yy, xx]:.6f}, "
-                                        f"{sy[yy, xx]:.6f})")
+                        fails.append(f"{key} {call}: {int(not_tie.sum())} pixels differ away "
+                                     f"from a tie, first at (y {yy}, x {xx}): ours "
+                                     f"{ours[:, yy, xx].tolist()}, torchvision "
+                                     f"{ref[:, yy, xx].tolist()}, source ({sx[yy, xx]:.6f}, "
+                                     f"{sy[yy, xx]:.6f})")
             else:
                 m = int(diff.max())
                 st[2] += int((diff == 1).sum())
                 st[4] = max(st[4], m)
                 if m > 1:
-                    failures.append(f"{key} {call}: max difference {m} grey levels "
-                                    f"({int((diff > 1).sum())} values above 1)")
+                    st[5] += int((diff > 1).sum())
+                    fails.append(f"{key} {call}: max difference {m} grey levels "
+                                 f"({int((diff > 1).sum())} values above 1)")
+
+        stats = collections.OrderedDict()
+        stats_v2 = collections.OrderedDict()
+        v2_notes = []
+        for case in spec["cases"]:
+            call = case["call"]
+            img = inputs[case["input"]]
+            ours = load(case["file"], case["height"], case["width"], case["channels"])
+            family = call["op"] if call["fn"] == "op" else call["fn"]
+            key = f"{family} ({case['input']})"
+            compare(key, call, img, ours, reference(img.clone(), call),
+                    stats.setdefault(key, [0, 0, 0, 0, 0, 0]), failures)
+            compare(key, call, img, ours, reference_v2(img.clone(), call),
+                    stats_v2.setdefault(key, [0, 0, 0, 0, 0, 0]), v2_notes)
 
         print(f"{'op (input)':32s} {'cases':>6s} {'values':>9s} {'off by 1':>9s} "
-              f"{'tie px':>7s} {'max':>4s}")
-        for key, (n, px, off, ties, mx) in stats.items():
-            print(f"{key:32s} {n:6d} {px:9d} {off:9d} {ties:7d} {mx:4d}")
+              f"{'tie px':>7s} {'max':>4s} | v2: {'off by 1':>9s} {'tie px':>7s} {'other':>7s}")
+        for key, (n, px, off, ties, mx, _) in stats.items():
+            o2 = stats_v2[key]
+            print(f"{key:32s} {n:6d} {px:9d} {off:9d} {ties:7d} {mx:4d} | "
+                  f"{o2[2]:13d} {o2[3]:7d} {o2[5]:7d}")
+        for note in v2_notes[:10]:
+            print("v2 differs:", note)
         print(f"{len(spec['cases'])} cases")
 
     for f in failures:
