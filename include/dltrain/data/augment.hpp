@@ -9,7 +9,9 @@
 // HSV and back with the (255 + 1 - 1e-3) scaling, blurs and the sharpness filter round
 // half to even, and the magnitude tables are torch.linspace in float32. The results equal
 // torchvision's but where float summation order decides a truncation or a rounding (at
-// most one grey level; tests/data/torchvision_augment_check.py measures it).
+// most one grey level; tests/data/torchvision_augment_check.py measures it). torchvision's
+// v2 transforms differ from this v1 tensor path in a few places (their Color and Sharpness
+// blends, their Solarize table as a fraction of 255): docs/data.md lists what was measured.
 //
 // Geometric ops (ShearX/Y, TranslateX/Y, Rotate) are torchvision's F.affine / F.rotate on
 // a tensor with nearest-neighbour sampling: the inverse affine matrix of
