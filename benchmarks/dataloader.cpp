@@ -15,6 +15,14 @@
 //
 //   dataloader [--root DIR] [--images 1000] [--size 350] [--batch 64] [--threads 1,2,N]
 //              [--epochs 3] [--json PATH] [--fashion DIR]
+//              [--augment trivial|rand|imagenet] [--normalize] [--one-core]
+// --augment adds that automatic augmentation after the crop and flip (ImagePipeline::augment,
+// data/augment.hpp), --normalize converts each batch to f32 NCHW with ImageNet's mean and
+// std on the CPU (to_float_batch, on the consumer thread), as torchvision's recipe does
+// with ConvertImageDtype + Normalize; --one-core times only the whole pipeline on one core
+// (num_workers 0 and a 1-thread pool: read, decode, augment, collate and normalise
+// serially; no breakdown, packed, pool or GPU runs), for
+// benchmarks/peers/augment_pipeline_compare.py, which interleaves it with torchvision.
 // Without --root a folder of --images Fashion-MNIST-based JPEGs (shorter side ~ --size,
 // so ~400 x 350 on average) is generated once under $TMPDIR and reused; --fashion names the
 // Fashion-MNIST folder (default Debian's /usr/share/datasets/fashion-mnist; on the GPU
@@ -29,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "dltrain/data/augment.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/image_folder.hpp"
 #include "dltrain/data/packed.hpp"
@@ -93,8 +102,10 @@ struct Result {
   double images_per_s;
 };
 
-// Best epoch of `epochs` (the first one also warms the page cache and allocator).
-double run(const std::shared_ptr<Dataset>& ds, int64_t batch, int64_t workers, int epochs) {
+// Best epoch of `epochs` (the first one also warms the page cache and allocator); with
+// `normalize`, each batch becomes f32 NCHW (x / 255 - mean) / std on the consumer thread.
+double run(const std::shared_ptr<Dataset>& ds, int64_t batch, int64_t workers, int epochs,
+           bool normalize = false) {
   DataLoaderOptions lo;
   lo.batch_size = batch;
   lo.shuffle = true;
@@ -110,7 +121,12 @@ double run(const std::shared_ptr<Dataset>& ds, int64_t batch, int64_t workers, i
     const auto t0 = Clock::now();
     for (const Batch& b : loader) {
       n += b.size();
-      check += b.data.data<uint8_t>()[0];  // touch the batch
+      if (normalize) {
+        const Tensor x = to_float_batch(b.data, kImageNetMean, kImageNetStd);
+        check += static_cast<uint64_t>(x.data<float>()[0] > 0);
+      } else {
+        check += b.data.data<uint8_t>()[0];  // touch the batch
+      }
     }
     const double s = seconds(t0, Clock::now());
     best = std::max(best, static_cast<double>(n) / s);
@@ -204,7 +220,8 @@ void breakdown(const ImageFolder& ds, int64_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string root, json, threads_arg = "1,2,N";
+  std::string root, json, threads_arg = "1,2,N", augment = "none";
+  bool normalize = false, one_core = false;
   std::string fashion = "/usr/share/datasets/fashion-mnist";
   int64_t images = 1000, size = 350, batch = 64;
   int epochs = 3;
@@ -225,6 +242,15 @@ int main(int argc, char** argv) {
   flags.add("--fashion", &fashion, "the Fashion-MNIST files the generated images come from")
       .value_name("DIR");
   flags.add("--json", &json, "write the figures here").value_name("FILE.json");
+  flags
+      .add("--augment", &augment,
+           "automatic augmentation after crop and flip: none, trivial, rand or imagenet")
+      .value_name("NAME");
+  flags.add_switch("--normalize", &normalize,
+                   "convert each batch to f32 NCHW with ImageNet's mean and std (CPU)");
+  flags.add_switch("--one-core", &one_core,
+                   "time only the whole pipeline on one thread (no breakdown, packed, pool or "
+                   "GPU runs)");
   flags.parse(argc, argv);
   for (const std::string& t : threads_list)
     if (t != "N" && (t.empty() || t.size() > 4 ||
@@ -238,18 +264,23 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (root.empty()) root = generate(images, size, fashion);
-    auto ds = std::make_shared<ImageFolder>(root);  // ImagePipeline::train(224)
-    std::printf(
-        "ImageFolder %s: %lld images, %zu classes; batch %lld u8 NHWC [%lld, 224, "
-        "224, 3]; RandomResizedCrop(224) + RandomHorizontalFlip\n",
-        root.c_str(), static_cast<long long>(ds->size()), ds->classes().size(),
-        static_cast<long long>(batch), static_cast<long long>(batch));
+    ImageFolderOptions fo;  // ImagePipeline::train(224)
+    std::string pipeline = "RandomResizedCrop(224) + RandomHorizontalFlip";
+    if (augment != "none") {
+      fo.transform.augment.push_back(make_auto_augment(augment));
+      pipeline += " + " + fo.transform.augment.back()->repr();
+    }
+    pipeline += normalize ? ", f32 NCHW normalised" : ", u8 NHWC";
+    auto ds = std::make_shared<ImageFolder>(root, fo);
+    std::printf("ImageFolder %s: %lld images, %zu classes; batch %lld; %s\n", root.c_str(),
+                static_cast<long long>(ds->size()), ds->classes().size(),
+                static_cast<long long>(batch), pipeline.c_str());
     set_num_threads(1);
-    breakdown(*ds, 200);
+    if (!one_core) breakdown(*ds, 200);
 
     // The packed copy of the folder (kept between runs: a resume finds it complete).
     std::shared_ptr<PackedImageDataset> packed;
-    if (io::hdf5_supported()) {
+    if (io::hdf5_supported() && !one_core) {
       const fs::path dir = fs::temp_directory_path() / "dltrain_bench_packed";
       fs::create_directories(dir);
       fs::path name = fs::path(root).lexically_normal();
@@ -266,15 +297,23 @@ int main(int argc, char** argv) {
     }
 
     std::vector<Result> results;
-    std::printf("\n%8s %16s %12s %16s", "threads", "workers img/s", "per thread", "pool img/s");
-    if (packed) std::printf(" %16s %16s", "packed workers", "packed pool");
-    const bool gpu = cuda::is_available();
-    std::printf(" %16s\n", gpu ? "into GPU img/s" : "GPU: no device");
-    for (int t : parse_threads(threads_list)) {
+    if (one_core) {
       set_num_threads(1);
-      const double w = run(ds, batch, t, epochs);
+      const double w = run(ds, batch, 0, epochs, normalize);
+      std::printf("\none core (num_workers 0, 1 pool thread): %.1f img/s\n", w);
+      results.push_back({1, "one-core", w});
+    }
+    const bool gpu = cuda::is_available() && !one_core;
+    if (!one_core) {
+      std::printf("\n%8s %16s %12s %16s", "threads", "workers img/s", "per thread", "pool img/s");
+      if (packed) std::printf(" %16s %16s", "packed workers", "packed pool");
+      std::printf(" %16s\n", gpu ? "into GPU img/s" : "GPU: no device");
+    }
+    for (int t : one_core ? std::vector<int>{} : parse_threads(threads_list)) {
+      set_num_threads(1);
+      const double w = run(ds, batch, t, epochs, normalize);
       set_num_threads(t);
-      const double p = run(ds, batch, 0, epochs);
+      const double p = run(ds, batch, 0, epochs, normalize);
       std::printf("%8d %16.1f %12.1f %16.1f", t, w, w / t, p);
       results.push_back({t, "workers", w});
       results.push_back({t, "pool", p});
@@ -302,14 +341,13 @@ int main(int argc, char** argv) {
       for (const auto& r : results)
         rows.push_back(
             {{"threads", r.threads}, {"mode", r.mode}, {"images_per_s", r.images_per_s}});
-      cli::write_json_report(json,
-                             {{"benchmark", "dataloader"},
-                              {"root", root},
-                              {"images", ds->size()},
-                              {"batch", batch},
-                              {"pipeline", "RandomResizedCrop(224)+RandomHorizontalFlip, u8 NHWC"},
-                              {"hardware_threads", std::thread::hardware_concurrency()},
-                              {"results", rows}});
+      cli::write_json_report(json, {{"benchmark", "dataloader"},
+                                    {"root", root},
+                                    {"images", ds->size()},
+                                    {"batch", batch},
+                                    {"pipeline", pipeline},
+                                    {"hardware_threads", std::thread::hardware_concurrency()},
+                                    {"results", rows}});
       std::printf("wrote %s\n", json.c_str());
     }
   } catch (const std::exception& e) {

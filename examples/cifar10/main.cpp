@@ -8,6 +8,7 @@
 //   cifar10 --data DIR [--arch resnet18] [--batch-size 128] [--epochs 30] [--lr 0.1]
 //           [--wd 5e-4] [--mom 0.9] [--label-smoothing 0.1] [--channels-last] [--seed 0]
 //           [--threads N] [--test] [--test-nsteps 50] [--json PATH]
+//           [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
 //           [--amp [--amp-dtype f16|bf16]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //           [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -16,10 +17,12 @@
 // step's loss and learning rate, each epoch's test figures, the hyper-parameters at the end).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -40,6 +43,8 @@ namespace {
 struct Args : CommonFlags {
   std::string arch = "resnet18";
   double wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
+  std::string auto_augment = "none";
+  double random_erasing = 0, mixup = 0, cutmix = 0;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -54,6 +59,18 @@ Args parse(int argc, char** argv) {
   f.add("--wd", &a.wd, "weight decay").min(0);
   f.add("--mom", &a.mom, "momentum (nesterov)").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
+  f.add("--auto-augment", &a.auto_augment,
+        "per-sample policy after crop and flip: trivial (TrivialAugmentWide), rand "
+        "(RandAugment), imagenet (AutoAugment), none")
+      .choices({"none", "trivial", "rand", "imagenet"})
+      .value_name("NAME");
+  f.add("--random-erasing", &a.random_erasing,
+        "RandomErasing probability (boxes erased to the mean; 0: off)")
+      .min(0);
+  f.add("--mixup", &a.mixup, "MixUp alpha on each training batch (0: off)").min(0);
+  f.add("--cutmix", &a.cutmix,
+        "CutMix alpha on each training batch (0: off; with --mixup, one of the two per batch)")
+      .min(0);
   a.add_test(f);
   a.add_data(f, "the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin)").required();
   f.group(cli::group::kDevice);
@@ -62,6 +79,7 @@ Args parse(int argc, char** argv) {
   a.add_report(f);
   a.prof.add_to(f);
   a.parse(f, argc, argv);
+  if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
 }
 
@@ -90,6 +108,43 @@ Tensor augment(const Tensor& x, Generator& gen) {
             if (sj >= 0 && sj < w) dp[i * w + j] = sp[si * w + sj];
           }
         }
+      }
+    }
+  });
+  return out;
+}
+
+// --auto-augment / --random-erasing: data::augment.hpp's transforms on each sample as u8
+// (the dataset's normalised floats map back to their exact bytes), sample `first + b` of
+// `epoch` drawing augmentation k from SampleRandom stream 2 + k, then normalised again.
+Tensor augment_u8(const Tensor& x,
+                  const std::vector<std::shared_ptr<const data::Augmentation>>& augs,
+                  const data::ImageOptions& norm, uint64_t seed, int64_t epoch, int64_t first) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const Tensor src = x.contiguous();
+  Tensor out = zeros(x.shape());
+  const float* s = src.data<float>();
+  float* d = out.data<float>();
+  parallel_for(0, n, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      data::Image img(w, h, c);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float m = norm.mean[static_cast<size_t>(ch)], sd = norm.std[static_cast<size_t>(ch)];
+        for (int64_t i = 0; i < h * w; ++i) {
+          const float v = std::nearbyint((s[(b * c + ch) * h * w + i] * sd + m) * 255.f);
+          img.pixels[static_cast<size_t>(i * c + ch)] =
+              static_cast<uint8_t>(std::clamp(v, 0.f, 255.f));
+        }
+      }
+      for (size_t k = 0; k < augs.size(); ++k) {
+        data::SampleRandom rng(seed, epoch, first + b, static_cast<uint32_t>(2 + k));
+        img = (*augs[k])(img, rng);
+      }
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float m = norm.mean[static_cast<size_t>(ch)], sd = norm.std[static_cast<size_t>(ch)];
+        for (int64_t i = 0; i < h * w; ++i)
+          d[(b * c + ch) * h * w + i] =
+              (static_cast<float>(img.pixels[static_cast<size_t>(i * c + ch)]) / 255.f - m) / sd;
       }
     }
   });
@@ -137,6 +192,32 @@ int main(int argc, char** argv) {
     nn::CrossEntropyLoss criterion(ce);
     amp::GradScaler scaler(a.prec.scaler_options(device));
     Generator aug_gen(a.seed + 1);
+    std::vector<std::shared_ptr<const data::Augmentation>> augs;
+    if (a.auto_augment != "none") augs.push_back(data::make_auto_augment(a.auto_augment));
+    if (a.random_erasing > 0) {
+      std::vector<uint8_t> fill;  // the mean: 0 after normalisation, as torchvision's recipe
+      for (float m : norm.mean) fill.push_back(static_cast<uint8_t>(std::lround(255.f * m)));
+      augs.push_back(std::make_shared<data::RandomErasing>(a.random_erasing,
+                                                           std::array<double, 2>{0.02, 0.33},
+                                                           std::array<double, 2>{0.3, 3.3}, fill));
+    }
+    for (const auto& aug : augs) std::printf("augment: %s\n", aug->repr().c_str());
+    // --mixup / --cutmix: soft labels from the batch rolled by one (torchvision v2).
+    std::function<data::MixedBatch(const Tensor&, const Tensor&)> mix;
+    Generator mix_gen(a.seed + 2);
+    if (a.mixup > 0 && a.cutmix > 0) {
+      auto both = std::make_shared<data::MixUpOrCutMix>(data::MixUp(10, a.mixup),
+                                                        data::CutMix(10, a.cutmix));
+      mix = [both, &mix_gen](const Tensor& x, const Tensor& y) { return (*both)(x, y, &mix_gen); };
+    } else if (a.mixup > 0) {
+      mix = [m = data::MixUp(10, a.mixup), &mix_gen](const Tensor& x, const Tensor& y) {
+        return m(x, y, &mix_gen);
+      };
+    } else if (a.cutmix > 0) {
+      mix = [m = data::CutMix(10, a.cutmix), &mix_gen](const Tensor& x, const Tensor& y) {
+        return m(x, y, &mix_gen);
+      };
+    }
 
     // The report is rewritten at each epoch end, so an interrupted run leaves valid JSON.
     nlohmann::json report = report_header(a, device, scaler);
@@ -153,10 +234,20 @@ int main(int argc, char** argv) {
     for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
       train_loader.set_epoch(epoch);
       train_step.begin_epoch(*model, epoch);
+      int64_t first = 0;  // the batch's first position in the epoch
       for (const data::Batch& b : train_loader) {
-        const Tensor x = augment(b.data, aug_gen).contiguous(fmt);
+        Tensor x = augment(b.data, aug_gen);
+        if (!augs.empty()) x = augment_u8(x, augs, norm, a.seed, epoch, first);
+        first += b.size();
+        Tensor y = b.target;
+        if (mix) {
+          data::MixedBatch m = mix(x, y);
+          x = m.images;
+          y = m.labels;
+        }
+        x = x.contiguous(fmt);
         train_step.data_ready();
-        train_step.run(b.size(), [&] { return criterion(model->forward(x), b.target); });
+        train_step.run(b.size(), [&] { return criterion(model->forward(x), y); });
         if (train_step.step() >= total) break;
         train_step.begin();
       }

@@ -18,6 +18,7 @@
 //            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
 //            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
 //            [--accumulation-steps K] [--checkpoint-activations N]
+//            [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
 //            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -36,6 +37,10 @@
 // step count and the checkpoints count optimizer steps. --checkpoint-activations N recomputes the
 // stem and the residual blocks (in N segments, nn::checkpoint_sequential) during backward instead
 // of keeping their activations: memory for time (benchmarks/memory measures both).
+//
+// --auto-augment and --random-erasing add data::augment.hpp's transforms to the training
+// pipeline after the crop and flip (ImagePipeline::augment); --mixup / --cutmix mix each
+// normalised training batch (data::MixUp, data::CutMix) into soft labels for the loss.
 //
 // --amp runs forward and loss under autocast: f16 with a GradScaler on a GPU, bf16 on the CPU
 // (--amp-dtype chooses; f16 always comes with loss scaling).
@@ -77,6 +82,8 @@ struct Args : CommonFlags {
   int64_t checkpoint_every = 0;
   int64_t accumulation_steps = 1;
   int64_t checkpoint_activations = 0;
+  std::string auto_augment = "none";
+  double random_erasing = 0, mixup = 0, cutmix = 0;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -103,6 +110,19 @@ Args parse(int argc, char** argv) {
         "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
         "ranks x batch size x this)")
       .positive();
+  f.add("--auto-augment", &a.auto_augment,
+        "per-sample policy after crop and flip, as torchvision's recipe: trivial "
+        "(TrivialAugmentWide), rand (RandAugment), imagenet (AutoAugment), none")
+      .choices({"none", "trivial", "rand", "imagenet"})
+      .value_name("NAME");
+  f.add("--random-erasing", &a.random_erasing,
+        "RandomErasing probability (boxes erased to the mean, as after torchvision's "
+        "Normalize; 0: off)")
+      .min(0);
+  f.add("--mixup", &a.mixup, "MixUp alpha on each training batch (0: off)").min(0);
+  f.add("--cutmix", &a.cutmix,
+        "CutMix alpha on each training batch (0: off; with --mixup, one of the two per batch)")
+      .min(0);
   a.add_test(f);
   a.add_data(f, "DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG").required();
   a.add_loader(f);
@@ -119,6 +139,7 @@ Args parse(int argc, char** argv) {
   a.add_report(f);
   a.prof.add_to(f);
   a.parse(f, argc, argv);
+  if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
 }
 
@@ -144,6 +165,13 @@ int main(int argc, char** argv) {
     const fs::path root(args.data);
     data::ImageFolderOptions train_opts;
     train_opts.transform = data::ImagePipeline::train(args.image_size);
+    if (args.auto_augment != "none")
+      train_opts.transform.augment.push_back(data::make_auto_augment(args.auto_augment));
+    if (args.random_erasing > 0)
+      train_opts.transform.augment.push_back(std::make_shared<data::RandomErasing>(
+          data::RandomErasing::imagenet(args.random_erasing)));
+    for (const auto& a : train_opts.transform.augment)
+      std::printf("augment: %s\n", a->repr().c_str());
     train_opts.seed = args.seed;
     auto train_set = std::make_shared<data::ImageFolder>((root / "train").string(), train_opts);
     std::shared_ptr<data::ImageFolder> val_set;
@@ -223,6 +251,32 @@ int main(int argc, char** argv) {
     const int64_t total_steps = steps_per_epoch * args.epochs;
     optim::OneCycleLR sched(opt, args.lr, total_steps);
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
+    // --mixup / --cutmix: soft labels [N, classes] from the batch rolled by one (torchvision v2;
+    // with both, one of the two per batch, as its recipe's RandomChoice), drawn per rank.
+    std::function<data::MixedBatch(const Tensor&, const Tensor&)> mix;
+    Generator mix_gen(args.seed * 1000003 + static_cast<uint64_t>(run.rank) + 1);
+    if (args.mixup > 0 || args.cutmix > 0) {
+      const int64_t k = mo.num_classes;
+      if (args.mixup > 0 && args.cutmix > 0) {
+        auto both = std::make_shared<data::MixUpOrCutMix>(data::MixUp(k, args.mixup),
+                                                          data::CutMix(k, args.cutmix));
+        mix = [both, &mix_gen](const Tensor& x, const Tensor& y) {
+          return (*both)(x, y, &mix_gen);
+        };
+      } else if (args.mixup > 0) {
+        mix = [m = data::MixUp(k, args.mixup), &mix_gen](const Tensor& x, const Tensor& y) {
+          return m(x, y, &mix_gen);
+        };
+      } else {
+        mix = [m = data::CutMix(k, args.cutmix), &mix_gen](const Tensor& x, const Tensor& y) {
+          return m(x, y, &mix_gen);
+        };
+      }
+      std::printf("batch mixing: %s\n", args.mixup > 0 && args.cutmix > 0
+                                            ? "MixUp or CutMix (one per batch)"
+                                        : args.mixup > 0 ? "MixUp"
+                                                         : "CutMix");
+    }
     amp::GradScaler scaler(args.prec.scaler_options(device));
     distributed::DistributedDataParallel ddp(model);
 
@@ -256,7 +310,13 @@ int main(int argc, char** argv) {
       train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
       for_each_batch(train_loader, [&](const Tensor& x, const Tensor& y) {
         train_step.data_ready();
-        train_step.run(x.size(0), [&] { return criterion(ddp(x), y); });
+        if (mix) {
+          const data::MixedBatch m = mix(x, y);
+          const Tensor xm = m.images.contiguous(fmt);
+          train_step.run(x.size(0), [&] { return criterion(ddp(xm), m.labels); });
+        } else {
+          train_step.run(x.size(0), [&] { return criterion(ddp(x), y); });
+        }
         if (!train_step.at_boundary()) {  // inside an accumulation cycle: nothing to save yet
           train_step.begin();
           return true;

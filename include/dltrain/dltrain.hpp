@@ -15,6 +15,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
+#include "dltrain/data/augment.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/dataset.hpp"
 #include "dltrain/data/device_prefetcher.hpp"

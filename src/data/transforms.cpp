@@ -18,6 +18,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/core/generator.hpp"
 #include "dltrain/core/parallel.hpp"
+#include "dltrain/data/augment.hpp"
 #include "src/backend/cuda/image.hpp"
 
 namespace dltrain::data {
@@ -340,16 +341,38 @@ void ImagePipeline::check() const {
   if (kind == Kind::Train) {  // the transforms' constructors check their arguments
     (void)RandomResizedCrop(size, scale, ratio);
     (void)RandomHorizontalFlip(flip_p);
+    DLTRAIN_CHECK(augment.size() <= 254,
+                  "ImagePipeline: at most 254 augmentations (streams 2..255), got ",
+                  augment.size());
+    for (size_t k = 0; k < augment.size(); ++k)
+      DLTRAIN_CHECK(augment[k] != nullptr, "ImagePipeline: augment[", k, "] is null");
   } else {
     DLTRAIN_CHECK(resize >= 1, "ImagePipeline: resize must be >= 1, got ", resize);
+    DLTRAIN_CHECK(augment.empty(), "ImagePipeline: augment holds ", augment.size(),
+                  " augmentation(s) but this is an Eval pipeline, which does not augment; use "
+                  "ImagePipeline::train or clear augment");
   }
 }
 
 namespace {
 
 void run_train(const ImagePipeline& p, const Image& img, const CropBox& box, bool flip,
-               uint8_t* out) {
-  resample_bilinear(img, box, p.size, p.size, {0, 0, p.size, p.size}, flip, out, p.size * 3);
+               uint64_t seed, int64_t epoch, int64_t index, uint8_t* out) {
+  if (p.augment.empty()) {
+    resample_bilinear(img, box, p.size, p.size, {0, 0, p.size, p.size}, flip, out, p.size * 3);
+    return;
+  }
+  Image a(p.size, p.size, 3);
+  resample_bilinear(img, box, p.size, p.size, {0, 0, p.size, p.size}, flip, a.data(), p.size * 3);
+  for (size_t k = 0; k < p.augment.size(); ++k) {
+    SampleRandom rng(seed, epoch, index, static_cast<uint32_t>(2 + k));
+    a = (*p.augment[k])(a, rng);
+    DLTRAIN_CHECK(a.width == p.size && a.height == p.size && a.channels == 3,
+                  "ImagePipeline: augment[", k, "] (", p.augment[k]->repr(), ") returned a ",
+                  a.height, "x", a.width, "x", a.channels, " image; expected ", p.size, "x", p.size,
+                  "x3");
+  }
+  std::memcpy(out, a.data(), a.pixels.size());
 }
 
 void run_eval(const ImagePipeline& p, const Image& img, uint8_t* out) {
@@ -380,7 +403,7 @@ void ImagePipeline::apply(const Image& src, uint64_t seed, int64_t epoch, int64_
   SampleRandom crop_rng(seed, epoch, index, 0), flip_rng(seed, epoch, index, 1);
   const CropBox box =
       RandomResizedCrop(size, scale, ratio).get_params(src.height, src.width, crop_rng);
-  run_train(*this, src, box, RandomHorizontalFlip(flip_p).draw(flip_rng), out);
+  run_train(*this, src, box, RandomHorizontalFlip(flip_p).draw(flip_rng), seed, epoch, index, out);
 }
 
 void ImagePipeline::apply_jpeg(const uint8_t* data, size_t n, uint64_t seed, int64_t epoch,
@@ -400,7 +423,7 @@ void ImagePipeline::apply_jpeg(const uint8_t* data, size_t n, uint64_t seed, int
       s.num == s.denom ? box : map_box(box, h, w, jpeg_scaled(h, s), jpeg_scaled(w, s));
   CropBox in_image;
   const Image img = decode_jpeg_region(data, n, s, scaled, in_image);
-  run_train(*this, img, in_image, flip, out);
+  run_train(*this, img, in_image, flip, seed, epoch, index, out);
 }
 
 // --- to_float_batch ------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "data/data_test_util.hpp"
+#include "dltrain/data/augment.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/image.hpp"
 #include "dltrain/data/image_folder.hpp"
@@ -185,6 +186,16 @@ TEST_CASE("A packed folder reads back as ImageFolder reads the folder", "[packed
   const Batch t2 = tds.get_batch_for_epoch(idx, 2);
   REQUIRE(pixels(t2.data) == pixels(tfolder.get_batch_for_epoch(idx, 2).data));
   REQUIRE(pixels(t2.data) != pixels(tds.get_batch_for_epoch(idx, 3).data));
+  // With augmentations after the crop and flip (issue 30): the same pure function.
+  const std::vector<std::shared_ptr<const Augmentation>> augs{
+      make_auto_augment("trivial"), std::make_shared<RandomErasing>(RandomErasing::imagenet(0.5))};
+  to.transform.augment = augs;
+  tfo.transform.augment = augs;
+  const PackedImageDataset ads(prefix, to);
+  const ImageFolder afolder(root, tfo);
+  const Batch a2 = ads.get_batch_for_epoch(idx, 2);
+  REQUIRE(pixels(a2.data) == pixels(afolder.get_batch_for_epoch(idx, 2).data));
+  REQUIRE(pixels(a2.data) != pixels(t2.data));
 
   REQUIRE_THROWS_WITH(ds.get_batch({24}), Contains("index 24 is out of range for 24"));
   REQUIRE_THROWS_WITH(ds.get_batch({}), Contains("empty"));

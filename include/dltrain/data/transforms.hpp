@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dltrain/core/device.hpp"
@@ -28,6 +29,8 @@
 #include "dltrain/data/image.hpp"
 
 namespace dltrain::data {
+
+class Augmentation;  // augment.hpp
 
 /// A counter-based random stream for one sample: Philox-4x32-10 keyed by `seed`, with the
 /// sample index as subsequence and (epoch, stream, draw block) as counter. Two streams
@@ -136,9 +139,11 @@ class RandomHorizontalFlip {
 
 /// The per-sample transform of an image dataset, fused with crop-aware JPEG decoding; its
 /// output is always size x size x 3 u8. Train: RandomResizedCrop(size, scale, ratio) +
-/// RandomHorizontalFlip(flip_p). Eval: Resize(resize) + CenterCrop(size). Sample `index`
-/// of epoch `epoch` draws its crop from SampleRandom(seed, epoch, index, 0) and its flip
-/// from stream 1.
+/// RandomHorizontalFlip(flip_p), then the `augment` list in order (torchvision's recipe
+/// order: auto-augmentation, colour, erasing after the crop and flip, before
+/// normalisation). Eval: Resize(resize) + CenterCrop(size). Sample `index` of epoch
+/// `epoch` draws its crop from SampleRandom(seed, epoch, index, 0), its flip from stream 1
+/// and augment[k] from stream 2 + k.
 struct ImagePipeline {
   enum class Kind { Train, Eval };
   Kind kind = Kind::Train;
@@ -154,13 +159,20 @@ struct ImagePipeline {
   /// Decode JPEGs at the smallest DCT scale that keeps >= size (train: on the crop's
   /// shorter side) or >= resize (eval) pixels; false decodes at full size.
   bool dct_scaling = true;
+  /// Train: augmentations applied to the size x size crop (augment.hpp), e.g.
+  /// {make_auto_augment("trivial"),
+  /// std::make_shared<RandomErasing>(RandomErasing::imagenet(0.25))}. Empty (the default): the crop
+  /// is written straight to the batch, no extra copy. At most 254 entries; the images must stay
+  /// size x size x 3.
+  std::vector<std::shared_ptr<const Augmentation>> augment{};
 
   /// RandomResizedCrop(size) + RandomHorizontalFlip(0.5), the ImageNet training transform.
   static ImagePipeline train(int64_t size = 224);
   /// Resize(resize) + CenterCrop(size), the ImageNet validation transform.
   static ImagePipeline eval(int64_t resize = 256, int64_t size = 224);
 
-  /// Throws dltrain::Error naming the bad field (sizes < 1, bad ranges, p outside [0, 1]).
+  /// Throws dltrain::Error naming the bad field (sizes < 1, bad ranges, p outside [0, 1],
+  /// a null or 255th augmentation).
   void check() const;
   /// Decodes the JPEG in `data` (crop-aware: for Train the crop box is drawn on the header
   /// size, mapped to the smallest DCT scale that keeps its shorter side >= size, and only
