@@ -11,12 +11,12 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "apps/common/example_util.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/train/chronometer.hpp"
-#include "examples/common/example_util.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 
 int main(int argc, char** argv) {
   std::string dev = "cpu", json, dtype = "f32";

@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/data/augment.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/image_folder.hpp"
@@ -44,7 +45,6 @@
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
-#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 using namespace dltrain::data;

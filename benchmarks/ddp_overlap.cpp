@@ -15,12 +15,12 @@
 #include <cstdio>
 #include <optional>
 
+#include "apps/common/example_util.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/train/chronometer.hpp"
-#include "examples/common/example_util.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 
 int main(int argc, char** argv) {
   std::string arch = "resnet18", dev = "cpu", json, compression = "none";

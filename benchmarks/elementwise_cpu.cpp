@@ -11,14 +11,14 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/op_bench.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/op_bench.hpp"
 
 using namespace dltrain;
 
 int main(int argc, char** argv) {
-  examples::OpBench bench("elementwise_cpu",
-                          "Fused elementwise maps and their backward, median ms per case.");
+  apps::OpBench bench("elementwise_cpu",
+                      "Fused elementwise maps and their backward, median ms per case.");
   bench.parse(argc, argv);
   using Op = std::function<Tensor(const Tensor&)>;
   const std::vector<std::pair<std::string, Op>> ops = {

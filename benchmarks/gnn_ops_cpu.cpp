@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/op_bench.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/op_bench.hpp"
 
 using namespace dltrain;
 
@@ -27,10 +27,10 @@ Tensor leaf(const Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::OpBench bench("gnn_ops_cpu",
-                          "The GNN ops (segment sum/max/softmax, index_add, sort, topk, cumsum, "
-                          "logsumexp, norm), forward + backward, median ms per case; compare with "
-                          "benchmarks/peers/pytorch_gnn_ops_cpu.py.");
+  apps::OpBench bench("gnn_ops_cpu",
+                      "The GNN ops (segment sum/max/softmax, index_add, sort, topk, cumsum, "
+                      "logsumexp, norm), forward + backward, median ms per case; compare with "
+                      "benchmarks/peers/pytorch_gnn_ops_cpu.py.");
   bench.parse(argc, argv);
   const int64_t N = 10000, E = 80000, F = 64;
   const Tensor dst = mul(rand({E}), static_cast<double>(N)).to(DType::i64);

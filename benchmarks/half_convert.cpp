@@ -10,17 +10,17 @@
 #include <cstdio>
 #include <string>
 
+#include "apps/common/op_bench.hpp"
 #include "dltrain/backend/cpu.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/op_bench.hpp"
 
 using namespace dltrain;
 
 int main(int argc, char** argv) {
-  examples::OpBench bench("half_convert",
-                          "f32 <-> f16 conversion (to, copy_, copy_scaled_) with the scalar loops "
-                          "and with F16C, median ms per case; compare with "
-                          "benchmarks/peers/pytorch_half_convert.py (GB/s).");
+  apps::OpBench bench("half_convert",
+                      "f32 <-> f16 conversion (to, copy_, copy_scaled_) with the scalar loops "
+                      "and with F16C, median ms per case; compare with "
+                      "benchmarks/peers/pytorch_half_convert.py (GB/s).");
   bench.parse(argc, argv);
   std::printf("F16C on this CPU: %s\n", cpu::f16c_supported() ? "yes" : "no");
   for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24}) {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/optim/sgd.hpp"
-#include "examples/common/cli.hpp"
 #if __has_include("dltrain/train/profiler.hpp")
 #include "dltrain/train/profiler.hpp"
 #define HAVE_PROFILER 1

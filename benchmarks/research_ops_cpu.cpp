@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/op_bench.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/op_bench.hpp"
 
 using namespace dltrain;
 
@@ -29,7 +29,7 @@ Tensor leaf(const Shape& s, bool cl) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::OpBench bench(
+  apps::OpBench bench(
       "research_ops_cpu",
       "The research-model layers (ConvTranspose2d, interpolate, pad, GroupNorm, SiLU, "
       "VAE losses), forward + backward, median ms per case; compare with "

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/optim/sgd.hpp"
-#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 using Clock = std::chrono::steady_clock;

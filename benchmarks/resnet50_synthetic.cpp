@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.hpp"
+#include "apps/common/example_util.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/cli.hpp"
-#include "examples/common/example_util.hpp"
 
 using namespace dltrain;
 
@@ -44,7 +44,7 @@ struct Args {
   int64_t warmup = 10, iters = 50, depth = 50, size = 224;
   int device = 0;
   bool tf32 = true, cudnn_benchmark = true;
-  examples::PrecisionFlags prec;  // --amp, --amp-dtype, --channels-last
+  apps::PrecisionFlags prec;  // --amp, --amp-dtype, --channels-last
   std::string json;
 };
 

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/example_util.hpp"
+#include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/graph.hpp"
 #include "dltrain/data/vision.hpp"
@@ -41,14 +43,12 @@
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
 #include "dltrain/train/chronometer.hpp"
-#include "examples/common/example_util.hpp"
-#include "examples/common/training.hpp"
 #include "examples/fashion_mnist/model.hpp"
 #include "examples/gnn_tracking/detector.hpp"
 #include "examples/gnn_tracking/model.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 namespace fs = std::filesystem;
 
 namespace {

@@ -45,10 +45,10 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/file_format.hpp"
 #include "dltrain/io/onnx.hpp"
-#include "examples/common/cli.hpp"
 #include "src/io/checkpoint_header.hpp"
 
 extern char** environ;

@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/data/image_folder.hpp"
 #include "dltrain/data/vision.hpp"
-#include "examples/common/cli.hpp"
 
 int main(int argc, char** argv) {
   std::string out_dir, fashion = "/usr/share/datasets/fashion-mnist";

@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <string>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/data/packed.hpp"
-#include "examples/common/cli.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 //           [--amp [--amp-dtype f16|bf16]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //           [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
-// The loop is the examples' common one (examples/common/training.hpp): train::Chronometer's
+// The loop is the examples' common one (apps/common/training.hpp): train::Chronometer's
 // table, train::Progress lines, --metrics / --tensorboard through train::MetricsWriter (every
 // step's loss and learning rate, each epoch's test figures, the hyper-parameters at the end).
 #include <algorithm>
@@ -26,17 +26,17 @@
 #include <map>
 #include <string>
 
+#include "apps/common/example_util.hpp"
+#include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/optim/scheduler.hpp"
 #include "dltrain/optim/sgd.hpp"
 #include "dltrain/train/progress.hpp"
-#include "examples/common/example_util.hpp"
-#include "examples/common/training.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 

@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/example_util.hpp"
+#include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
@@ -46,12 +48,10 @@
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/progress.hpp"
-#include "examples/common/example_util.hpp"
-#include "examples/common/training.hpp"
 #include "examples/fashion_mnist/model.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 
 namespace {
 

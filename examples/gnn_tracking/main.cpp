@@ -33,6 +33,8 @@
 #include <tuple>
 #include <vector>
 
+#include "apps/common/example_util.hpp"
+#include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/graph.hpp"
 #include "dltrain/dltrain.hpp"
@@ -41,13 +43,11 @@
 #include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/progress.hpp"
-#include "examples/common/example_util.hpp"
-#include "examples/common/training.hpp"
 #include "examples/gnn_tracking/detector.hpp"
 #include "examples/gnn_tracking/model.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 
 namespace {
 

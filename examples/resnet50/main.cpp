@@ -22,7 +22,7 @@
 //            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
-// The loop is the examples' common one (examples/common/training.hpp): train::Chronometer
+// The loop is the examples' common one (apps/common/training.hpp): train::Chronometer
 // (device-synchronised marks on a GPU with --test only), train::Progress lines, --metrics /
 // --tensorboard through train::MetricsWriter (every step's loss and learning rate, each epoch's
 // validation figures, the hyper-parameters at the end; rank 0 writes, a resumed run appends).
@@ -58,16 +58,16 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/example_util.hpp"
+#include "apps/common/training.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/progress.hpp"
-#include "examples/common/example_util.hpp"
-#include "examples/common/training.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 namespace fs = std::filesystem;
 
 namespace {

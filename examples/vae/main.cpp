@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/example_util.hpp"
+#include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/vision.hpp"
 #include "dltrain/dltrain.hpp"
@@ -41,11 +43,9 @@
 #include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/progress.hpp"
-#include "examples/common/example_util.hpp"
-#include "examples/common/training.hpp"
 
 using namespace dltrain;
-using namespace dltrain::examples;
+using namespace dltrain::apps;
 
 namespace {
 

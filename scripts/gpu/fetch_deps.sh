@@ -6,7 +6,7 @@
 #   libeigen3-dev  Eigen 3.4 (the CPU backend; required by CMakeLists.txt)
 #   catch2         Catch2 v2 (the tests)
 #   nlohmann-json3-dev  nlohmann/json (train/'s JSON output; required by CMakeLists.txt)
-#   libcli11-dev   CLI11 (the flags of the examples, tools and benchmarks: examples/common/cli.hpp)
+#   libcli11-dev   CLI11 (the flags of the examples, tools and benchmarks: apps/common/cli.hpp)
 # Extra package names given as arguments are downloaded too. scripts/gpu/build.sh unpacks them
 # with `dpkg -x` into .gpu-prefix/. No root needed: apt-get download writes into the cwd.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the programs' command line (examples/common/cli.hpp) and their JSON reports.
+"""Checks the programs' command line (apps/common/cli.hpp) and their JSON reports.
 
   check_cli.py flags PROGRAM [PROGRAM...]   malformed values, unknown flags, --help: every flag of
                                             every program (and subcommand) that --help lists is

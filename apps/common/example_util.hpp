@@ -1,7 +1,7 @@
 // Helpers shared by the examples: wall-clock seconds, the --device flag's parsing, the course's
 // precision and layout flags (--amp, --amp-dtype, --channels-last) and profiler flags, the flags
 // every example shares (CommonFlags, on cli::Flags, holding those two) and the --metrics /
-// --tensorboard sinks (header-only). examples/common/training.hpp has the training loop's
+// --tensorboard sinks (header-only). apps/common/training.hpp has the training loop's
 // shared pieces.
 #pragma once
 
@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/amp/autocast.hpp"
 #include "dltrain/amp/grad_scaler.hpp"
 #include "dltrain/backend/cuda.hpp"
@@ -35,9 +36,8 @@
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/profiler.hpp"
 #include "dltrain/train/resume.hpp"
-#include "examples/common/cli.hpp"
 
-namespace dltrain::examples {
+namespace dltrain::apps {
 
 using Clock = std::chrono::steady_clock;
 
@@ -309,4 +309,4 @@ inline void print_metrics_hint(const std::vector<std::string>& paths) {
       std::printf("plot: tools/dltrain-plot %s\n", path.c_str());
 }
 
-}  // namespace dltrain::examples
+}  // namespace dltrain::apps

@@ -18,15 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/example_util.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/train/chronometer.hpp"
 #include "dltrain/train/loop.hpp"
 #include "dltrain/train/metrics.hpp"
 #include "dltrain/train/profiler.hpp"
 #include "dltrain/train/progress.hpp"
-#include "examples/common/example_util.hpp"
 
-namespace dltrain::examples {
+namespace dltrain::apps {
 
 /// Where a run executes: the device, and its place in a data-parallel job (a world of one
 /// without a launcher).
@@ -161,4 +161,4 @@ inline void write_report(const CommonFlags& a, const nlohmann::json& report) {
   std::printf("wrote %s\n", a.json.c_str());
 }
 
-}  // namespace dltrain::examples
+}  // namespace dltrain::apps

@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/core/generator.hpp"
 #include "dltrain/core/parallel.hpp"
-#include "examples/common/cli.hpp"
 
-namespace dltrain::examples {
+namespace dltrain::apps {
 
 class OpBench {
  public:
@@ -69,4 +69,4 @@ class OpBench {
   std::vector<std::pair<std::string, double>> results_;
 };
 
-}  // namespace dltrain::examples
+}  // namespace dltrain::apps

@@ -2,7 +2,7 @@
 // the values go through our own conversion because CLI11 2.1's integer conversion reads "010" as
 // octal and lets "-1" wrap into an unsigned seed: here a number is decimal, whole numbers are all
 // digits, and a value out of its range is an error naming the flag, never a silent change.
-#include "examples/common/cli.hpp"
+#include "apps/common/cli.hpp"
 
 #include <CLI/CLI.hpp>
 #include <charconv>
