@@ -120,6 +120,11 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<Impl> {
   // resident (no gather, no release: a copy into it would bump the version counter that the
   // tensors autograd saved check).
   bool solo = false;
+  int64_t resident_bytes = 0, max_resident_bytes = 0;  // gathered unit buffers (CPU pages in use)
+
+  static int64_t buffer_bytes(const Unit& U) {
+    return U.full.numel() * static_cast<int64_t>(U.full.element_size());
+  }
 
   bool unit_empty(size_t u) const { return units[u].numel == 0; }
 
@@ -128,6 +133,8 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<Impl> {
     if (unit_empty(u) || solo || U.resident || U.in_flight) return;
     U.gather = group->all_gather(U.full, U.shard.detach());
     U.in_flight = true;
+    resident_bytes += buffer_bytes(U);
+    max_resident_bytes = std::max(max_resident_bytes, resident_bytes);
   }
 
   void gather(size_t u) {
@@ -144,10 +151,12 @@ struct FullyShardedDataParallel::Impl : std::enable_shared_from_this<Impl> {
     if (U.in_flight) {  // never empty a buffer a collective is writing into
       U.in_flight = false;
       U.gather.wait();
+      U.resident = true;  // its pages are written: empty them (a prefetch never used)
     }
     if (!U.resident || solo) return;
     empty_buffer(U.full);
     U.resident = false;
+    resident_bytes -= buffer_bytes(U);
   }
 
   // The unit after (forward) or before (backward) `u` in the recorded forward order.
@@ -510,6 +519,12 @@ int64_t FullyShardedDataParallel::local_gradient_bytes() const {
       if (Tensor g = p.grad(); g.defined()) b += g.numel() * static_cast<int64_t>(g.element_size());
   }
   return b;
+}
+
+int64_t FullyShardedDataParallel::gathered_bytes() const { return impl_->resident_bytes; }
+int64_t FullyShardedDataParallel::max_gathered_bytes() const { return impl_->max_resident_bytes; }
+void FullyShardedDataParallel::reset_max_gathered_bytes() {
+  impl_->max_resident_bytes = impl_->resident_bytes;
 }
 
 StateDict FullyShardedDataParallel::full_state_dict() {

@@ -118,6 +118,13 @@ class FullyShardedDataParallel {
   /// Bytes of the shards and of their gradients on this rank.
   int64_t local_parameter_bytes() const;
   int64_t local_gradient_bytes() const;
+  /// Bytes of the units' gathered buffers holding values now (gathered or being gathered), and
+  /// their peak since construction or reset_max_gathered_bytes(). On the CPU these buffers are
+  /// mapped outside the tensor allocator, so memory_allocated() does not count them: add them.
+  /// In a group of one the buffers are the shards and count as 0 here.
+  int64_t gathered_bytes() const;
+  int64_t max_gathered_bytes() const;
+  void reset_max_gathered_bytes();
 
   /// The model's state dict, parameters gathered, under the model's own names (a single
   /// process's load_state_dict takes it). Collective; every rank returns it.
