@@ -43,6 +43,10 @@
 // that backward has run. Activation checkpointing inside a unit saves nothing, and then only
 // the units in use are gathered.
 //
+// The module stays sharded for the FSDP object's life, and its parameters read zeros when the
+// object is gone (their unit buffers emptied): take full_state_dict() before destroying it, and
+// load that into a plain model for evaluation or export.
+//
 // Buffers (BatchNorm statistics) are not sharded: each rank keeps them, broadcast from rank 0
 // at construction; use SyncBatchNorm for the global batch's statistics.
 //
