@@ -6,12 +6,23 @@
 // end-of-backward callback, which always waits for every launched bucket before it returns
 // or throws, so no collective outlives the round that launched it.
 //
+// Sharded buckets (shard_gradients, ZeRO-2): a bucket's buffer is allocated at its first
+// gradient and released when its collective is reaped (reap), at most kShardedInFlight buckets
+// in flight; a parameter's view into it exists only while it is allocated. A bucket whose
+// segments balance (size() x the longest segment <= 2 x its elements) is reduce-scattered into
+// a shard allocated at launch; the owned gradients become views into it and nothing else keeps
+// it. A bucket that does not balance (one owner: a large parameter alone in its bucket) is
+// all-reduced instead, which moves fewer bytes than a reduce-scatter of mostly padding, and its
+// owner keeps its gradients out of the buffer (as views when it owns all of them, else copies).
+//
 // Timing (last_round_timing): CPU buckets read the host clock when they complete; CUDA
 // buckets record a timing event on the current stream instead (the one the hook's gradient
 // was produced and copied on), against events recorded at the round's first hook and at its
 // end, read only when the timing is asked for. Two sets of events alternate between rounds, so
 // the last finished round's set is intact while the next round records into the other.
 #include "dltrain/distributed/ddp.hpp"
+
+#include "dltrain/distributed/zero.hpp"
 
 #include <algorithm>
 #include <array>
@@ -81,6 +92,10 @@ std::vector<std::string> lines(const std::string& s) {
   return out;
 }
 
+// ZeRO-2: how many sharded buckets may wait for their reduce-scatter at once (each holds its
+// full buffer until then). Two keep one collective running while the next bucket fills.
+constexpr size_t kShardedInFlight = 2;
+
 std::string signature(const nn::Module& m) {
   std::string sig;
   for (const auto& [name, t] : m.named_parameters())
@@ -102,6 +117,8 @@ struct DistributedDataParallel::Reducer
     Tensor tensor;
     size_t bucket = 0;
     Tensor view;
+    int owner = 0;       // shard_gradients: the rank that keeps this parameter's gradient
+    int64_t offset = 0;  // shard_gradients: its offset in the bucket's (padded) buffer
   };
   struct Bucket {
     Tensor buffer;
@@ -110,10 +127,18 @@ struct DistributedDataParallel::Reducer
     size_t pending = 0;
     Work work;
     bool launched = false;
+    int64_t numel = 0;  // elements reduced (sharded: size() * shard.numel())
+    DType dtype = DType::f32;
+    Device device = Device::cpu();
+    Tensor shard;             // sharded: this rank's segment of the result, during a round
+    int64_t shard_numel = 0;  // sharded: each segment's length; 0 for an all-reduced bucket
+    bool reaped = true;       // sharded: its collective waited for, its buffer released
   };
 
   ProcessGroup* group = nullptr;
   DDPOptions opt;
+  bool sharded = false;           // shard_gradients (ZeRO-2)
+  std::vector<size_t> in_flight;  // sharded buckets launched and not reaped, in launch order
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   bool sync = true;
@@ -151,12 +176,12 @@ struct DistributedDataParallel::Reducer
     g = GpuRound();
     g.layout = layout_gen;
     for (const Bucket& b : buckets) {
-      if (!b.buffer.device().is_cuda()) {
+      if (!b.device.is_cuda()) {
         g.ready.emplace_back();
         g.ready_device.push_back(0);
         continue;
       }
-      const int dev = b.buffer.device().index;
+      const int dev = b.device.index;
       cuda::DeviceGuard guard(dev);
       g.ready.emplace_back(cuda::Event(/*timing=*/true));
       auto at = std::find(g.devices.begin(), g.devices.end(), dev);
@@ -176,8 +201,7 @@ struct DistributedDataParallel::Reducer
   void stamp_ready(size_t b, double host_seconds) {
     timing.bucket_ready_seconds[b] = host_seconds;
     if (!any_cuda_bucket) return;
-    if (auto& e = gpu_round().ready[b])
-      e->record(cuda::current_stream(buckets[b].buffer.device().index));
+    if (auto& e = gpu_round().ready[b]) e->record(cuda::current_stream(buckets[b].device.index));
   }
   // The order the gradients became ready in this round, until the buckets are rebuilt (true
   // from the start when no rebuild is wanted: rebuild_buckets off, or find_unused_parameters).
@@ -197,8 +221,50 @@ struct DistributedDataParallel::Reducer
     DLTRAIN_CHECK(!b.launched, "DistributedDataParallel: parameter '", p.name,
                   "' got a gradient after its bucket was reduced (was it marked unused by "
                   "find_unused_parameters, or used twice in one backward?)");
-    if (!solo() && grad.data_ptr() != p.view.data_ptr()) p.view.copy_(grad);
+    if (sharded && !solo()) {
+      ensure_buffer(p.bucket);
+      p.view.copy_(grad);
+      // Whatever this rank owns comes back averaged into its shard; the local gradient is
+      // not needed any more (this is where ZeRO-2 saves the gradients' memory).
+      p.tensor.set_grad(Tensor());
+    } else if (!solo() && grad.data_ptr() != p.view.data_ptr()) {
+      p.view.copy_(grad);
+    }
     if (!ready[i]) mark_ready(i);
+  }
+
+  // Sharded: allocates bucket b's buffer and its parameters' views into it, once per round.
+  void ensure_buffer(size_t b) {
+    Bucket& bk = buckets[b];
+    if (bk.buffer.defined()) return;
+    bk.buffer = zeros({bk.numel}, TensorOptions(bk.dtype).with_device(bk.device));
+    for (size_t pi : bk.params)
+      params[pi].view = bucket_view(bk.buffer, params[pi].offset, params[pi].tensor);
+  }
+
+  // Sharded: waits for bucket b's reduce-scatter, hands the owned parameters their averaged
+  // gradients (views into the shard) and releases the full buffer.
+  void reap(size_t b) {
+    Bucket& bk = buckets[b];
+    if (bk.reaped) return;
+    bk.reaped = true;
+    bk.work.wait();
+    const int me = group->rank();
+    const int64_t base = static_cast<int64_t>(me) * bk.shard_numel;
+    const bool owns_all = std::all_of(bk.params.begin(), bk.params.end(),
+                                      [&](size_t pi) { return params[pi].owner == me; });
+    for (size_t pi : bk.params) {
+      Param& p = params[pi];
+      if (p.owner == me) {
+        if (bk.shard_numel > 0)
+          p.tensor.set_grad(bucket_view(bk.shard, p.offset - base, p.tensor));
+        else
+          p.tensor.set_grad(owns_all ? p.view : p.view.clone());
+      }
+      p.view = Tensor();
+    }
+    bk.buffer = Tensor();
+    bk.shard = Tensor();
   }
 
   void start_round() {
@@ -222,6 +288,7 @@ struct DistributedDataParallel::Reducer
       if (auto r = self.lock()) r->finish_round();
     });
     for (size_t i : unused_next) {
+      if (sharded && !solo()) ensure_buffer(params[i].bucket);
       params[i].view.zero_();
       mark_ready(i);
     }
@@ -240,8 +307,23 @@ struct DistributedDataParallel::Reducer
 
   void launch_in_order() {
     while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
-      Bucket& b = buckets[next_bucket++];
+      const size_t index = next_bucket++;
+      Bucket& b = buckets[index];
       if (solo()) {
+      } else if (sharded) {
+        ensure_buffer(index);  // a bucket whose parameters were all unused
+        if (b.shard_numel > 0) {
+          b.shard = empty({b.shard_numel}, TensorOptions(b.dtype).with_device(b.device));
+          b.work = group->reduce_scatter(b.shard, b.buffer, ReduceOp::Avg);
+        } else {
+          b.work = group->all_reduce(b.buffer, ReduceOp::Avg);
+        }
+        b.reaped = false;
+        in_flight.push_back(index);
+        while (in_flight.size() > kShardedInFlight) {
+          reap(in_flight.front());
+          in_flight.erase(in_flight.begin());
+        }
       } else if (b.wire.defined()) {
         // Divide before the cast (fp16_compress_hook's order: the sum of the ranks' shares
         // stays in the inputs' range, no f16 overflow from the sum alone), in the same pass
@@ -259,6 +341,11 @@ struct DistributedDataParallel::Reducer
   }
 
   void wait_launched() {
+    if (sharded) {
+      for (size_t b : in_flight) reap(b);
+      in_flight.clear();
+      return;
+    }
     for (auto& b : buckets)
       if (b.launched) b.work.wait();
   }
@@ -288,6 +375,7 @@ struct DistributedDataParallel::Reducer
     }
     for (size_t i = 0; i < params.size(); ++i) {
       if (ready[i]) continue;
+      if (sharded && !solo()) ensure_buffer(params[i].bucket);
       params[i].view.zero_();
       ready[i] = 1;
       if (--buckets[params[i].bucket].pending == 0)
@@ -302,6 +390,10 @@ struct DistributedDataParallel::Reducer
     if (!solo())
       for (Bucket& b : buckets)
         if (b.wire.defined()) b.buffer.copy_(b.wire);
+    if (sharded && !solo()) {  // reap has set the owned gradients
+      if (!rebuilt) rebuild();
+      return;
+    }
     for (size_t i = 0; i < params.size(); ++i) {
       Param& p = params[i];
       Tensor g = p.tensor.grad();
@@ -349,10 +441,40 @@ struct DistributedDataParallel::Reducer
       bucket_bytes[*open] += bytes;
     }
     buckets.clear();
+    in_flight.clear();
     for (size_t b = 0; b < members.size(); ++b) {
       Bucket bucket;
       const auto [dt, dev] = bucket_key[b];
-      const int64_t numel = bucket_bytes[b] / static_cast<int64_t>(dtype_size(dt));
+      bucket.dtype = dt;
+      bucket.device = dev;
+      int64_t numel = bucket_bytes[b] / static_cast<int64_t>(dtype_size(dt));
+      if (sharded && !solo()) {
+        // One segment per rank, each holding its owner's parameters in bucket order, padded
+        // to the longest: reduce_scatter hands segment r to rank r.
+        const int n = group->size();
+        std::vector<int64_t> seg(static_cast<size_t>(n), 0);
+        for (auto [pi, offset] : members[b])
+          seg[static_cast<size_t>(params[pi].owner)] += params[pi].tensor.numel();
+        const int64_t len = *std::max_element(seg.begin(), seg.end());
+        // Padding costs wire bytes: past 2x, an all-reduce of the bucket moves fewer.
+        const bool scatter = n * len <= 2 * numel;
+        std::fill(seg.begin(), seg.end(), 0);
+        for (auto [pi, offset] : members[b]) {
+          Param& p = params[pi];
+          p.bucket = b;
+          p.offset = scatter
+                         ? static_cast<int64_t>(p.owner) * len + seg[static_cast<size_t>(p.owner)]
+                         : offset;
+          seg[static_cast<size_t>(p.owner)] += p.tensor.numel();
+          p.view = Tensor();
+          bucket.params.push_back(pi);
+        }
+        bucket.numel = scatter ? len * n : numel;
+        bucket.shard_numel = scatter ? len : 0;
+        buckets.push_back(std::move(bucket));
+        continue;
+      }
+      bucket.numel = numel;
       bucket.buffer = zeros({numel}, TensorOptions(dt).with_device(dev));
       for (auto [pi, offset] : members[b]) {
         params[pi].bucket = b;
@@ -365,7 +487,7 @@ struct DistributedDataParallel::Reducer
     }
     ++layout_gen;  // the next round builds its timing events for these buckets
     any_cuda_bucket = std::any_of(buckets.begin(), buckets.end(),
-                                  [](const Bucket& b) { return b.buffer.device().is_cuda(); });
+                                  [](const Bucket& b) { return b.device.is_cuda(); });
   }
 
   // The last finished round's timing, its CUDA buckets read from their events (waiting for
@@ -481,6 +603,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                 options_.gradient_compression.value_or(DType::f32));
   group_ = options_.group ? options_.group : &default_group();
   ProcessGroup& g = *group_;
+  if (const ZeroRedundancyOptimizer* z = options_.shard_gradients) {
+    DLTRAIN_CHECK(!options_.gradient_as_bucket_view && !options_.gradient_compression,
+                  "DistributedDataParallel: shard_gradients (ZeRO-2) works neither with "
+                  "gradient_as_bucket_view nor with gradient_compression; turn them off");
+    DLTRAIN_CHECK(&z->process_group() == group_,
+                  "DistributedDataParallel: shard_gradients' ZeroRedundancyOptimizer shards over "
+                  "another process group than DDP's; build both on the same group");
+  }
 
   // 1. Every rank must hold the same model: compare with rank 0's description.
   const std::string mine = signature(*module_);
@@ -531,10 +661,20 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   Reducer& r = *reducer_;
   r.group = group_;
   r.opt = options_;
+  r.sharded = options_.shard_gradients != nullptr;
   r.rebuilt = !options_.rebuild_buckets || options_.find_unused_parameters;
   auto named = module_->named_parameters();
-  for (auto it = named.rbegin(); it != named.rend(); ++it)
-    if (it->second.requires_grad()) r.params.push_back({it->first, it->second, 0, Tensor()});
+  for (auto it = named.rbegin(); it != named.rend(); ++it) {
+    if (!it->second.requires_grad()) continue;
+    r.params.push_back({it->first, it->second, 0, Tensor()});
+    if (r.sharded) {
+      const int owner = options_.shard_gradients->owner_of(it->second);
+      DLTRAIN_CHECK(owner >= 0, "DistributedDataParallel: shard_gradients: parameter '", it->first,
+                    "' is not one of the ZeroRedundancyOptimizer's parameters; build the "
+                    "optimizer over every trainable parameter of the model (or freeze it)");
+      r.params.back().owner = owner;
+    }
+  }
   std::vector<size_t> order(r.params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   r.lay_out(order);
@@ -581,11 +721,8 @@ DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->sync = pre
 std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::buckets() const {
   std::vector<BucketInfo> out;
   for (const auto& b : reducer_->buckets) {
-    BucketInfo info{b.buffer.dtype(),
-                    b.buffer.device(),
-                    b.buffer.numel(),
-                    b.wire.defined() ? b.wire.dtype() : b.buffer.dtype(),
-                    {}};
+    BucketInfo info{b.dtype, b.device,     b.numel, b.wire.defined() ? b.wire.dtype() : b.dtype,
+                    {},      b.shard_numel};
     for (size_t i : b.params) info.parameters.push_back(reducer_->params[i].name);
     out.push_back(std::move(info));
   }

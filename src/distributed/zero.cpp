@@ -306,6 +306,17 @@ StateDict ZeroRedundancyOptimizer::consolidated_state_dict(int rank) const {
   return group_->rank() == rank ? out : StateDict{};
 }
 
+int ZeroRedundancyOptimizer::owner_of(const Tensor& p) const {
+  size_t i = 0;
+  for (const auto& grp : groups_) {
+    for (const Tensor& q : grp.params) {
+      if (q.impl() == p.impl()) return owner_[i];
+      ++i;
+    }
+  }
+  return -1;
+}
+
 int64_t ZeroRedundancyOptimizer::local_state_bytes() const {
   int64_t bytes = 0;
   for (const auto& [key, t] : local_->state_dict()) {

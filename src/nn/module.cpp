@@ -4,11 +4,15 @@
 #include "dltrain/nn/module.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/nn/hooks.hpp"
 
 namespace dltrain::nn {
 
@@ -101,13 +105,68 @@ std::string location(const Module& m) {
 
 }  // namespace
 
+namespace {
+
+// Forward hooks (nn/hooks.hpp): per module, in registration order, with their handles.
+struct HookRegistry {
+  std::mutex mutex;
+  std::unordered_map<const Module*, std::vector<std::pair<uint64_t, ForwardHooks>>> hooks;
+  uint64_t next = 1;
+};
+HookRegistry& hook_registry() {
+  static HookRegistry r;
+  return r;
+}
+std::atomic<int64_t> g_hook_count{0};
+
+// The hooks of `m` (a copy: a hook may register or remove hooks).
+std::vector<std::pair<uint64_t, ForwardHooks>> hooks_of(const Module* m) {
+  HookRegistry& r = hook_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.hooks.find(m);
+  return it == r.hooks.end() ? std::vector<std::pair<uint64_t, ForwardHooks>>{} : it->second;
+}
+
+}  // namespace
+
+uint64_t register_forward_hooks(Module& module, ForwardHooks hooks) {
+  HookRegistry& r = hook_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const uint64_t h = r.next++;
+  r.hooks[&module].emplace_back(h, std::move(hooks));
+  g_hook_count.fetch_add(1, std::memory_order_relaxed);
+  return h;
+}
+
+void remove_forward_hooks(uint64_t handle) {
+  HookRegistry& r = hook_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto it = r.hooks.begin(); it != r.hooks.end(); ++it) {
+    auto& v = it->second;
+    for (auto h = v.begin(); h != v.end(); ++h) {
+      if (h->first != handle) continue;
+      v.erase(h);
+      if (v.empty()) r.hooks.erase(it);
+      g_hook_count.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
 Tensor Module::operator()(const Tensor& x) {
   t_call_stack.push_back(this);
   struct Pop {
     ~Pop() { t_call_stack.pop_back(); }
   } pop;
   try {
-    return forward(x);
+    if (g_hook_count.load(std::memory_order_relaxed) == 0) return forward(x);
+    const auto hooks = hooks_of(this);
+    for (const auto& [h, fn] : hooks)
+      if (fn.pre) fn.pre(*this);
+    Tensor out = forward(x);
+    for (const auto& [h, fn] : hooks)
+      if (fn.post) out = fn.post(*this, out);
+    return out;
   } catch (const ModuleError&) {
     throw;  // an inner module said where already
   } catch (const OutOfMemoryError&) {

@@ -7,6 +7,9 @@
 //   mpi_fault zero      rank 1's shard of a ZeroRedundancyOptimizer fails its local step (a
 //                       gradient of the wrong dtype) while rank 0 waits in the broadcast of
 //                       rank 1's parameters: the job must end at once with the step's message.
+//   mpi_fault fsdp      rank 1's forward throws inside FullyShardedDataParallel unit "1" after
+//                       gathering it, while rank 0 goes on to wait in unit 2's gather: the job
+//                       must end at once with rank 1's message.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -41,8 +44,23 @@ int main(int argc, char** argv) {
     b.set_grad(g.rank() == 1 ? ones({3}, DType::f64) : ones({3}));
     opt.step();
     std::this_thread::sleep_for(std::chrono::seconds(120));
+  } else if (mode == "fsdp") {
+    manual_seed(3);
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Linear>(4, 4))
+        .push_back(std::make_shared<nn::Linear>(4, 4))
+        .push_back(std::make_shared<nn::Linear>(4, 2));
+    distributed::FullyShardedDataParallel fsdp(m, {.units = {"0", "1", "2"}});
+    // Rank 1 fails inside unit 1, after its gather: rank 0 goes on into unit 2's.
+    if (g.rank() == 1) {
+      nn::register_forward_hooks(*m->child("1"), {.pre = [](nn::Module&) {
+        throw std::runtime_error("corrupt shard of unit 1 (injected)");
+      }});
+    }
+    sum(fsdp(ones({2, 4}))).backward();
+    std::this_thread::sleep_for(std::chrono::seconds(120));
   } else {
-    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort|zero\n");
+    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort|zero|fsdp\n");
     return 2;
   }
   return 0;

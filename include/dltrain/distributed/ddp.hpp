@@ -18,6 +18,22 @@
 // each rank's loss is a mean over its own batch of equal size (what DistributedSampler
 // gives). no_sync() skips the reduction for gradient accumulation: gradients accumulate
 // locally, and the next synchronised backward reduces the accumulated sums.
+//
+// ZeRO-2 (DDPOptions::shard_gradients, with a ZeroRedundancyOptimizer over the same
+// parameters): each bucket is laid out as one segment per rank, holding the gradients of the
+// parameters that rank owns in the optimizer's partition (segments padded to the longest), and
+// is reduce-scattered (average) instead of all-reduced, launched from the same hooks in the same
+// order, overlapped with backward. A bucket whose segments do not balance (padding past 2x its
+// elements: typically one large parameter alone in its bucket, so one owner) is all-reduced
+// instead, which moves fewer bytes, and only its owner keeps the result. Each rank then keeps
+// the averaged gradients of its own parameters only; every other parameter's gradient is
+// dropped as soon as it is copied into its bucket, and a bucket's full buffer exists only from
+// its first gradient until its collective has completed (at most two buckets wait for their
+// collective at once; the oldest is waited for when a new one is launched). So a rank holds
+// its share of the gradients after backward (its parameters in the optimizer's partition,
+// plus segment padding), and the buckets in flight during it.
+// Under no_sync() the hooks do nothing: gradients accumulate in full on every rank (as with
+// PyTorch FSDP's no_sync), and the next synchronised backward scatters the accumulated sums.
 #pragma once
 
 #include <memory>
@@ -33,6 +49,8 @@
 #include "dltrain/nn/module.hpp"
 
 namespace dltrain::distributed {
+
+class ZeroRedundancyOptimizer;
 
 struct DDPOptions {
   /// The group to reduce over; null = default_group().
@@ -75,6 +93,15 @@ struct DDPOptions {
   /// that must drive the real reduction (NCCL on one GPU, MPI on one rank); it costs the
   /// copies and the collectives' latency.
   bool reduce_world_of_one = false;
+  /// ZeRO-2: reduce-scatter the gradients to the ranks that own them in this
+  /// ZeroRedundancyOptimizer's partition instead of all-reducing them (file comment): after
+  /// backward each rank holds only its own parameters' averaged gradients (the others' are
+  /// undefined), which is all that optimizer's step() reads. Build the optimizer over the
+  /// model's parameters first, on the same group, and keep it alive as long as the DDP object.
+  /// Every trainable parameter must be one of the optimizer's. Not with gradient_as_bucket_view
+  /// nor gradient_compression. Gradient clipping and GradScaler's inf check see only this
+  /// rank's shard: they need a reduction over the group that they do not do yet.
+  const ZeroRedundancyOptimizer* shard_gradients = nullptr;
 };
 
 class DistributedDataParallel {
@@ -136,10 +163,14 @@ class DistributedDataParallel {
   struct BucketInfo {
     DType dtype;
     Device device;
+    /// Elements reduced (with shard_gradients: size() segments of shard_numel, padding included).
     int64_t numel = 0;
     /// The dtype the all-reduce runs in (gradient_compression's for compressed buckets).
     DType wire_dtype = DType::f32;
     std::vector<std::string> parameters;
+    /// With shard_gradients: the length of each rank's segment when the bucket is
+    /// reduce-scattered; 0 when it is all-reduced (without shard_gradients, or unbalanced).
+    int64_t shard_numel = 0;
   };
   std::vector<BucketInfo> buckets() const;
 

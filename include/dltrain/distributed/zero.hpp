@@ -109,6 +109,9 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
 
   /// The rank that owns flat parameter `i` (its state, its update).
   int owner(int64_t i) const { return owner_.at(static_cast<size_t>(i)); }
+  /// The rank that owns parameter `p` (compared by identity), or -1 when `p` is not one of this
+  /// optimizer's parameters. What DDPOptions::shard_gradients (ZeRO-2) scatters by.
+  int owner_of(const Tensor& p) const;
   /// The flat indices of the parameters this rank owns, increasing.
   const std::vector<int64_t>& local_parameters() const { return local_params_; }
   /// The inner optimizer over this rank's shard (its groups mirror param_groups(); its
