@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.hpp"
 #include "dltrain/dltrain.hpp"
-#include "examples/common/cli.hpp"
 
 using namespace dltrain;
 using Clock = std::chrono::steady_clock;
