@@ -9,24 +9,12 @@ warm-ups, per batch size. With --compare (inference_cpu's JSON) prints the three
 """
 import argparse
 import json
-import statistics
-import time
 
 import numpy as np
 import onnxruntime as ort
 import torch
 import torchvision
-
-
-def median_ms(f, iters):
-    for _ in range(3):
-        f()
-    t = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        f()
-        t.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(t)
+from peer_bench import median_ms
 
 
 def main():
@@ -60,10 +48,10 @@ def main():
     for b in batches:
         x = np.random.default_rng(0).standard_normal((b, 3, a.size, a.size), dtype=np.float32)
         key = f"{a.arch} b{b}"
-        cases["onnxruntime"][key] = median_ms(lambda: sess.run(None, {name: x}), a.iters)
+        cases["onnxruntime"][key] = median_ms(lambda: sess.run(None, {name: x}), a.iters, warmup=3)
         xt = torch.from_numpy(x).contiguous(memory_format=fmt)
         with torch.no_grad():
-            cases["pytorch"][key] = median_ms(lambda: model(xt), a.iters)
+            cases["pytorch"][key] = median_ms(lambda: model(xt), a.iters, warmup=3)
         print(f"  {key:16s} onnxruntime {cases['onnxruntime'][key]:9.2f} ms   "
               f"pytorch {cases['pytorch'][key]:9.2f} ms", flush=True)
     if a.json:

@@ -12,9 +12,10 @@ import time
 import torch
 
 
-def median_ms(f, iters):
-    f()
-    f()
+def median_ms(f, iters, warmup=2):
+    """The median of `iters` timed calls of f, in ms, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        f()
     t = []
     for _ in range(iters):
         t0 = time.perf_counter()

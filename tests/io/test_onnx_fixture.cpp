@@ -274,26 +274,9 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
     const io::OnnxExportOptions o{.input_names = {"features", "offset"},
                                   .output_names = {"sum", "gate", "sum_again"},
                                   .dynamic_batch = true};
-    io::export_onnx(*fc, two, {randn({3, 5}), randn({3, 4})}, (dir / "two_io.onnx").string(), o);
-    json runs = json::array();
-    for (int64_t b : {3, 1}) {
-      NoGradGuard ng;
-      const std::vector<Tensor> in{randn({b, 5}), randn({b, 4})};
-      const std::vector<Tensor> out = two(in);
-      const std::string tag = "two_io_b" + std::to_string(b);
-      json ins = json::array(), outs = json::array();
-      for (size_t i = 0; i < in.size(); ++i)
-        ins.push_back(
-            write_array(dir, tag + "_in" + std::to_string(i) + ".bin", o.input_names[i], in[i]));
-      for (size_t i = 0; i < out.size(); ++i)
-        outs.push_back(
-            write_array(dir, tag + "_out" + std::to_string(i) + ".bin", o.output_names[i], out[i]));
-      runs.push_back({{"inputs", ins}, {"outputs", outs}});
-    }
-    models.push_back({{"name", "two_io"},
-                      {"file", "two_io.onnx"},
-                      {"runs", runs},
-                      {"initializers_include", {"weight", "bias"}}});
+    auto inputs = [](int64_t b) { return std::vector<Tensor>{randn({b, 5}), randn({b, 4})}; };
+    models.push_back(
+        export_function(dir, "two_io", *fc, two, o, inputs, {3, 1}, {"weight", "bias"}));
   }
 
   // Token ids and an image through the indexing, slicing and rearranging ops: embedding,
