@@ -1,6 +1,8 @@
 // ResNet-50 on an ImageNet-style JPEG folder (DIR/train/<class>/*.JPEG, DIR/val/<class>/...),
 // in the shape of the IDRIS "Deep Learning Optimise" course script: the same flags,
-// CrossEntropy with label smoothing, SGD with momentum and a OneCycle schedule,
+// CrossEntropy with label smoothing, SGD with momentum and a OneCycle schedule (or, for the
+// large-batch lesson, LARS or LAMB, a cosine or polynomial schedule after a linear warm-up, and
+// no weight decay on normalisation weights and biases),
 // RandomResizedCrop + flip for training and Resize + CenterCrop for validation (decoded
 // straight into u8 NHWC batches by the loader's workers, normalised on the training device),
 // validation at each epoch end, a chronometer of per-step data / forward / backward+step times
@@ -19,6 +21,8 @@
 //            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
 //            [--accumulation-steps K] [--checkpoint-activations N]
 //            [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
+//            [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly]
+//            [--warmup-epochs E] [--no-bn-weight-decay]
 //            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -59,6 +63,7 @@
 #include <vector>
 
 #include "apps/common/example_util.hpp"
+#include "apps/common/optim_flags.hpp"
 #include "apps/common/training.hpp"
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/checkpoint.hpp"
@@ -84,6 +89,7 @@ struct Args : CommonFlags {
   int64_t checkpoint_activations = 0;
   std::string auto_augment = "none";
   double random_erasing = 0, mixup = 0, cutmix = 0;
+  OptimFlags optim;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -94,7 +100,8 @@ Args parse(int argc, char** argv) {
   a.num_workers = 4;
   cli::Flags f("resnet50",
                "ResNet-50 on an ImageNet-style JPEG folder, the IDRIS course script's flags: "
-               "SGD + OneCycle, label smoothing, validation each epoch, the chronometer; data "
+               "SGD + OneCycle (or LARS/LAMB, cosine/poly after a warm-up), label smoothing, "
+               "validation each epoch, the chronometer; data "
                "parallel under mpirun or srun. On a GPU the chronometer waits for the device at "
                "each phase mark only with --test (per-phase GPU times, at the cost of the "
                "overlap of host, GPU and the prefetcher's copies); otherwise it reads the host "
@@ -106,6 +113,7 @@ Args parse(int argc, char** argv) {
   f.add("--wd", &a.wd, "weight decay").min(0);
   f.add("--mom", &a.mom, "momentum").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
+  a.optim.add_to(f);
   f.add("--accumulation-steps", &a.accumulation_steps,
         "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
         "ranks x batch size x this)")
@@ -139,6 +147,7 @@ Args parse(int argc, char** argv) {
   a.add_report(f);
   a.prof.add_to(f);
   a.parse(f, argc, argv);
+  a.optim.check(f);
   if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
 }
@@ -243,13 +252,18 @@ int main(int argc, char** argv) {
                   model->blocks().size(), static_cast<long long>(args.checkpoint_activations));
     std::printf("model: %s, %lld parameters\n", args.arch.c_str(),
                 static_cast<long long>(model->num_parameters()));
-    optim::SGD opt(model->parameters(),
-                   {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd});
+    // --optimizer, --no-bn-weight-decay, --lr-schedule, --warmup-epochs (the large-batch lesson).
+    const std::unique_ptr<optim::Optimizer> optimizer =
+        args.optim.make_optimizer(*model, args.lr, args.mom, args.wd);
+    optim::Optimizer& opt = *optimizer;
     // Optimizer steps (batches with --accumulation-steps 1; the epoch's last cycle may be short).
     const int64_t steps_per_epoch = (train_loader.size() + accum - 1) / accum;
     // --test runs the first --test-nsteps steps of the full run, its schedule included.
     const int64_t total_steps = steps_per_epoch * args.epochs;
-    optim::OneCycleLR sched(opt, args.lr, total_steps);
+    const std::unique_ptr<optim::LRScheduler> schedule =
+        args.optim.make_schedule(opt, args.lr, total_steps, steps_per_epoch);
+    optim::LRScheduler& sched = *schedule;
+    std::printf("optimizer: %s\n", args.optim.describe(opt).c_str());
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
     // --mixup / --cutmix: soft labels [N, classes] from the batch rolled by one (torchvision v2;
     // with both, one of the two per batch, as its recipe's RandomChoice), drawn per rank.
@@ -286,6 +300,8 @@ int main(int argc, char** argv) {
                                {.global_batch = args.batch_size * ranks * accum,
                                 .metadata = {{"example", "resnet50"},
                                              {"arch", args.arch},
+                                             {"optimizer", args.optim.optimizer},
+                                             {"lr_schedule", args.optim.lr_schedule},
                                              {"ranks", std::to_string(ranks)}},
                                 .lr_scaling = args.lr_scaling()});
     const train::ResumePosition start = ckpt.resume(args.resume);
@@ -409,6 +425,10 @@ int main(int argc, char** argv) {
                     {"image_size", static_cast<double>(args.image_size)},
                     {"ranks", static_cast<double>(ranks)},
                     {"arch", args.arch},
+                    {"optimizer", args.optim.optimizer},
+                    {"lr_schedule", args.optim.lr_schedule},
+                    {"warmup_epochs", args.optim.warmup_epochs},
+                    {"no_bn_weight_decay", args.optim.no_bn_weight_decay ? 1.0 : 0.0},
                     {"precision", args.prec.precision(device)},
                     {"layout", std::string(args.prec.layout())}},
                    final_figures);

@@ -1,0 +1,127 @@
+// The course's large-batch flags (issue 30, day 2 "Entraînement et large batches"): the
+// optimizer (--optimizer sgd|lars|lamb), the learning-rate schedule (--lr-schedule
+// onecycle|cosine|poly, --warmup-epochs) and the weight-decay exclusion of normalisation
+// parameters and biases (--no-bn-weight-decay), and the library objects they build
+// (header-only).
+//
+// Invariants: every schedule is stepped once per optimizer step and spans `total_steps`;
+// onecycle has its own warm-up (the first 30 % of the cycle), so --warmup-epochs is refused with
+// it; a warm-up is LinearLR from 1/1000 of the learning rate, then the decay starts from the
+// full learning rate (SequentialLR). With --no-bn-weight-decay the no-decay group also leaves
+// LARS/LAMB's trust ratio out, as MLPerf's ResNet-50 recipe does.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/common/cli.hpp"
+#include "dltrain/nn/module.hpp"
+#include "dltrain/optim/lamb.hpp"
+#include "dltrain/optim/lars.hpp"
+#include "dltrain/optim/param_groups.hpp"
+#include "dltrain/optim/scheduler.hpp"
+#include "dltrain/optim/sgd.hpp"
+
+namespace dltrain::apps {
+
+struct OptimFlags {
+  std::string optimizer = "sgd";
+  std::string lr_schedule = "onecycle";
+  double warmup_epochs = 0;
+  bool no_bn_weight_decay = false;
+
+  void add_to(cli::Flags& f) {
+    f.group(cli::group::kTraining);
+    f.add("--optimizer", &optimizer,
+          "sgd (momentum), lars (You et al. 2017, MLPerf's ResNet-50) or lamb (You et al. 2019)")
+        .choices({"sgd", "lars", "lamb"});
+    f.add("--lr-schedule", &lr_schedule,
+          "onecycle (its own warm-up), cosine (to 0) or poly (power 2, to 0), per optimizer step")
+        .choices({"onecycle", "cosine", "poly"});
+    f.add("--warmup-epochs", &warmup_epochs,
+          "linear warm-up from lr/1000 before cosine or poly (epochs, may be fractional)")
+        .min(0);
+    f.add_switch("--no-bn-weight-decay", &no_bn_weight_decay,
+                 "no weight decay (and no LARS/LAMB trust ratio) on normalisation weights and "
+                 "biases");
+  }
+  /// Checks what concerns several flags (after Flags::parse).
+  void check(const cli::Flags& f) const {
+    if (warmup_epochs > 0 && lr_schedule == "onecycle")
+      f.fail(
+          "--warmup-epochs applies to --lr-schedule cosine or poly (onecycle warms up by "
+          "itself); drop it or choose cosine or poly");
+  }
+  /// "LARS, poly schedule after a 1-epoch warm-up, no decay on 107 norm/bias tensors".
+  std::string describe(const optim::Optimizer& opt) const {
+    std::string s = std::string(opt.name()) + ", " + lr_schedule + " schedule";
+    if (warmup_epochs > 0) s += " after a " + cli_number(warmup_epochs) + "-epoch warm-up";
+    if (no_bn_weight_decay && opt.param_groups().size() > 1)
+      s += ", no weight decay on " + std::to_string(opt.param_groups()[1].params.size()) +
+           " norm/bias tensors";
+    return s;
+  }
+
+  /// The optimizer over `model`'s parameters: `momentum` is SGD's and LARS's (LAMB's beta1).
+  std::unique_ptr<optim::Optimizer> make_optimizer(const nn::Module& model, double lr,
+                                                   double momentum, double weight_decay,
+                                                   bool nesterov = false) const {
+    std::vector<optim::ParamGroup> groups;
+    if (no_bn_weight_decay)
+      groups = optim::param_groups_no_decay(model, weight_decay,
+                                            {.exclude_from_trust_ratio = optimizer != "sgd"});
+    else
+      groups.push_back({.params = model.parameters()});
+    if (optimizer == "lars")
+      return std::make_unique<optim::LARS>(
+          std::move(groups),
+          optim::LARSOptions{.lr = lr, .momentum = momentum, .weight_decay = weight_decay});
+    if (optimizer == "lamb")
+      return std::make_unique<optim::LAMB>(
+          std::move(groups),
+          optim::LAMBOptions{.lr = lr, .betas = {momentum, 0.999}, .weight_decay = weight_decay});
+    return std::make_unique<optim::SGD>(
+        std::move(groups),
+        optim::SGDOptions{
+            .lr = lr, .momentum = momentum, .weight_decay = weight_decay, .nesterov = nesterov});
+  }
+
+  /// The schedule over `total_steps` optimizer steps (`steps_per_epoch` of them an epoch).
+  std::unique_ptr<optim::LRScheduler> make_schedule(optim::Optimizer& opt, double lr,
+                                                    int64_t total_steps,
+                                                    int64_t steps_per_epoch) const {
+    if (lr_schedule == "onecycle")
+      return std::make_unique<optim::OneCycleLR>(opt, lr, std::max<int64_t>(total_steps, 1));
+    const int64_t warm = std::max<int64_t>(
+        std::min<int64_t>(std::llround(warmup_epochs * static_cast<double>(steps_per_epoch)),
+                          total_steps - 1),
+        0);
+    auto decay = [&](int64_t steps) -> std::unique_ptr<optim::LRScheduler> {
+      steps = std::max<int64_t>(steps, 1);
+      if (lr_schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, steps);
+      return std::make_unique<optim::PolynomialLR>(opt, steps, 2.0);
+    };
+    if (warm == 0) return decay(total_steps);
+    // As PyTorch's recipes build it: the ramp first, then the decay, then the sequence.
+    std::shared_ptr<optim::LRScheduler> ramp =
+        std::make_shared<optim::LinearLR>(opt, 1e-3, 1.0, warm);
+    std::shared_ptr<optim::LRScheduler> after = decay(total_steps - warm);
+    return std::make_unique<optim::SequentialLR>(
+        opt, std::vector<std::shared_ptr<optim::LRScheduler>>{ramp, after},
+        std::vector<int64_t>{warm});
+  }
+
+ private:
+  static std::string cli_number(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return b;
+  }
+};
+
+}  // namespace dltrain::apps
