@@ -34,6 +34,8 @@ struct OptimFlags {
   std::string lr_schedule = "onecycle";
   double warmup_epochs = 0;
   bool no_bn_weight_decay = false;
+  /// Where --lr-schedule poly ends (0; MLPerf's recipe ends at 1e-4).
+  double poly_end_lr = 0;
 
   void add_to(cli::Flags& f) {
     f.group(cli::group::kTraining);
@@ -104,7 +106,7 @@ struct OptimFlags {
     auto decay = [&](int64_t steps) -> std::unique_ptr<optim::LRScheduler> {
       steps = std::max<int64_t>(steps, 1);
       if (lr_schedule == "cosine") return std::make_unique<optim::CosineAnnealingLR>(opt, steps);
-      return std::make_unique<optim::PolynomialLR>(opt, steps, 2.0);
+      return std::make_unique<optim::PolynomialLR>(opt, steps, 2.0, poly_end_lr);
     };
     if (warm == 0) return decay(total_steps);
     // As PyTorch's recipes build it: the ramp first, then the decay, then the sequence.

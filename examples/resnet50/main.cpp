@@ -90,7 +90,30 @@ struct Args : CommonFlags {
   std::string auto_augment = "none";
   double random_erasing = 0, mixup = 0, cutmix = 0;
   OptimFlags optim;
+  std::string recipe = "none";
 };
+
+// --recipe mlperf: MLPerf's ResNet-50 reference recipe on ImageNet (LARS at a global batch of
+// about 3,200: learning rate 11, 2 warm-up epochs, then a polynomial decay of power 2 to 1e-4,
+// momentum 0.9, weight decay 5e-5 outside BatchNorm and biases, which LARS does not adapt
+// either, label smoothing 0.1, 35 epochs). A flag given on the command line wins over the
+// recipe's value (scale --lr with the global batch when it differs from 3,200).
+void apply_recipe(Args& a, const cli::Flags& f) {
+  if (a.recipe != "mlperf") return;
+  auto set = [&f](const char* flag, auto& field, auto value) {
+    if (!f.given(flag)) field = value;
+  };
+  set("--optimizer", a.optim.optimizer, std::string("lars"));
+  set("--lr-schedule", a.optim.lr_schedule, std::string("poly"));
+  set("--warmup-epochs", a.optim.warmup_epochs, 2.0);
+  set("--no-bn-weight-decay", a.optim.no_bn_weight_decay, true);
+  set("--lr", a.lr, 11.0);
+  set("--mom", a.mom, 0.9);
+  set("--wd", a.wd, 5e-5);
+  set("--label-smoothing", a.label_smoothing, 0.1);
+  set("--epochs", a.epochs, int64_t{35});
+  a.optim.poly_end_lr = 1e-4;
+}
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
 Args parse(int argc, char** argv) {
@@ -114,6 +137,10 @@ Args parse(int argc, char** argv) {
   f.add("--mom", &a.mom, "momentum").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
   a.optim.add_to(f);
+  f.add("--recipe", &a.recipe,
+        "mlperf: MLPerf's ResNet-50 recipe (LARS, lr 11, 2 warm-up epochs, poly power 2 to "
+        "1e-4, no decay on BN/bias, label smoothing 0.1, 35 epochs); flags given win")
+      .choices({"none", "mlperf"});
   f.add("--accumulation-steps", &a.accumulation_steps,
         "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
         "ranks x batch size x this)")
@@ -147,6 +174,7 @@ Args parse(int argc, char** argv) {
   a.add_report(f);
   a.prof.add_to(f);
   a.parse(f, argc, argv);
+  apply_recipe(a, f);
   a.optim.check(f);
   if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
