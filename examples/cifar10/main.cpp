@@ -27,6 +27,7 @@
 #include <string>
 
 #include "apps/common/example_util.hpp"
+#include "apps/common/optim_flags.hpp"
 #include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/vision.hpp"
@@ -45,6 +46,7 @@ struct Args : CommonFlags {
   double wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
   std::string auto_augment = "none";
   double random_erasing = 0, mixup = 0, cutmix = 0;
+  OptimFlags optim;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -59,6 +61,7 @@ Args parse(int argc, char** argv) {
   f.add("--wd", &a.wd, "weight decay").min(0);
   f.add("--mom", &a.mom, "momentum (nesterov)").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
+  a.optim.add_to(f);
   f.add("--auto-augment", &a.auto_augment,
         "per-sample policy after crop and flip: trivial (TrivialAugmentWide), rand "
         "(RandAugment), imagenet (AutoAugment), none")
@@ -79,6 +82,7 @@ Args parse(int argc, char** argv) {
   a.add_report(f);
   a.prof.add_to(f);
   a.parse(f, argc, argv);
+  a.optim.check(f);
   if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
 }
@@ -182,11 +186,17 @@ int main(int argc, char** argv) {
     model->to(fmt);
     std::printf("model: CIFAR %s, %lld parameters, %s\n", a.arch.c_str(),
                 static_cast<long long>(model->num_parameters()), a.prec.describe(device).c_str());
-    optim::SGD opt(model->parameters(),
-                   {.lr = a.lr, .momentum = a.mom, .weight_decay = a.wd, .nesterov = true});
+    // SGD with Nesterov momentum and OneCycle by default; --optimizer, --lr-schedule,
+    // --warmup-epochs and --no-bn-weight-decay for the large-batch lesson.
+    const std::unique_ptr<optim::Optimizer> optimizer =
+        a.optim.make_optimizer(*model, a.lr, a.mom, a.wd, /*nesterov=*/true);
+    optim::Optimizer& opt = *optimizer;
     const int64_t steps_per_epoch = train_loader.size();
     int64_t total = a.test ? a.test_nsteps : steps_per_epoch * a.epochs;
-    optim::OneCycleLR sched(opt, a.lr, total);
+    const std::unique_ptr<optim::LRScheduler> schedule =
+        a.optim.make_schedule(opt, a.lr, total, steps_per_epoch);
+    optim::LRScheduler& sched = *schedule;
+    std::printf("optimizer: %s\n", a.optim.describe(opt).c_str());
     CrossEntropyOptions ce;
     ce.label_smoothing = a.label_smoothing;
     nn::CrossEntropyLoss criterion(ce);
@@ -287,6 +297,9 @@ int main(int argc, char** argv) {
                     {"momentum", a.mom},
                     {"label_smoothing", a.label_smoothing},
                     {"arch", a.arch},
+                    {"optimizer", a.optim.optimizer},
+                    {"lr_schedule", a.optim.lr_schedule},
+                    {"warmup_epochs", a.optim.warmup_epochs},
                     {"precision", a.prec.precision(device)},
                     {"layout", std::string(a.prec.layout())}},
                    final_figures);
