@@ -20,13 +20,6 @@
 using namespace dltrain;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   std::string arch = "resnet50", json, onnx_path;
   std::vector<int64_t> batches = {1, 8};
@@ -79,7 +72,7 @@ int main(int argc, char** argv) {
         const auto t1 = Clock::now();
         if (it >= 3) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
-      const double m = median(t);
+      const double m = train::compute_stats(t).median;
       const std::string name = arch + " b" + std::to_string(b);
       std::printf("  %-16s %10.2f ms  %8.1f img/s\n", name.c_str(), m,
                   1e3 * static_cast<double>(b) / m);

@@ -29,11 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 struct Row {
   std::string mode;
   double peak_mib = 0, held_mib = 0, step_ms = 0;
@@ -104,7 +99,8 @@ Row run_mode(const std::string& mode, const std::string& arch, int64_t batch, in
            (fsdp ? static_cast<double>(fsdp->gathered_bytes()) : 0.0);
   }
   const double mib = 1024.0 * 1024.0;
-  Row row{mode, *std::max_element(peaks.begin(), peaks.end()) / mib, held / mib, median(ms)};
+  Row row{mode, *std::max_element(peaks.begin(), peaks.end()) / mib, held / mib,
+          train::compute_stats(ms).median};
   row.peak_mib = all_reduce_value(row.peak_mib, distributed::ReduceOp::Max);
   row.held_mib = all_reduce_value(row.held_mib, distributed::ReduceOp::Max);
   row.step_ms = all_reduce_value(row.step_ms, distributed::ReduceOp::Max);
