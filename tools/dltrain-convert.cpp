@@ -2,11 +2,16 @@
 // dltrain's HDF5 checkpoints, lists a file's tensors, and compares two files.
 //
 //   dltrain-convert list FILE
-//   dltrain-convert convert IN OUT [--section model|optimizer|scheduler]
-//   dltrain-convert compare A B [--rtol X] [--atol X] [--section model|optimizer|scheduler]
+//   dltrain-convert convert IN OUT [--section SECTION]
+//   dltrain-convert compare A B [--rtol X] [--atol X] [--section SECTION]
 //   dltrain-convert restamp FILE [-o OUT] [--timeout SECONDS]
 //   dltrain-convert export-onnx WEIGHTS OUT.onnx --model resnet50 [--image-size 224]
 //                   [--batch 1] [--dynamic-batch] [--section model]
+//
+// SECTION, which state dict of a checkpoint: model (the default), optimizer, scheduler, scaler,
+// or extra/NAME for a further state (io::ExtraState: extra/ema, the examples' --ema), and
+// extra/NAME/PREFIX for its entries under "PREFIX." with the prefix dropped (extra/ema/shadow:
+// the moving average as a model's state dict, to convert or export-onnx).
 //
 // export-onnx: builds the named model of the ResNet family (resnet18 ... resnet152; the number
 // of classes from fc.weight, the CIFAR stem when conv1 is 3x3), loads WEIGHTS into it (strict:
@@ -104,6 +109,27 @@ FileFormat sniff(const std::string& path) {
   return kind;
 }
 
+// --section extra/NAME[/PREFIX] of checkpoint `c` (see the file comment).
+StateDict extra_section(const io::Checkpoint& c, const std::string& section,
+                        const std::string& path) {
+  const std::string rest = section.substr(6);
+  const size_t slash = rest.find('/');
+  const std::string name = rest.substr(0, slash);
+  std::string held;
+  for (const auto& [k, v] : c.extra) held += (held.empty() ? "" : ", ") + ("extra/" + k);
+  DLTRAIN_CHECK(c.extra.count(name), "'", path, "' holds no extra state '", name, "' (",
+                held.empty() ? std::string("it holds none") : "it holds " + held, ")");
+  const StateDict& sd = c.extra.at(name);
+  if (slash == std::string::npos) return sd;
+  const std::string prefix = rest.substr(slash + 1) + ".";
+  StateDict out;
+  for (const auto& [k, t] : sd)
+    if (k.rfind(prefix, 0) == 0) out.insert(k.substr(prefix.size()), t);
+  DLTRAIN_CHECK(!out.empty(), "'", path, "': extra state '", name, "' has no entries under '",
+                prefix, "'");
+  return out;
+}
+
 StateDict load_as(const std::string& path, FileFormat kind, const std::string& section) {
   switch (kind) {
     case FileFormat::TorchZip:
@@ -118,7 +144,10 @@ StateDict load_as(const std::string& path, FileFormat kind, const std::string& s
       io::Checkpoint c = io::read_checkpoint(path);
       if (section == "optimizer") return c.optimizer;
       if (section == "scheduler") return c.scheduler;
-      DLTRAIN_CHECK(section == "model", "--section must be model, optimizer or scheduler, got '",
+      if (section == "scaler") return c.scaler;
+      if (section.rfind("extra/", 0) == 0) return extra_section(c, section, path);
+      DLTRAIN_CHECK(section == "model",
+                    "--section must be model, optimizer, scheduler, scaler or extra/NAME, got '",
                     section, "'");
       return c.model;
     }
@@ -155,6 +184,8 @@ int list(const std::string& path) {
     print_table(c.model, "model");
     if (!c.optimizer.empty()) print_table(c.optimizer, "optimizer");
     if (!c.scheduler.empty()) print_table(c.scheduler, "scheduler");
+    if (!c.scaler.empty()) print_table(c.scaler, "scaler");
+    for (const auto& [name, sd] : c.extra) print_table(sd, ("extra/" + name).c_str());
     return 0;
   }
   print_table(load_as(path, kind, "model"),
@@ -406,7 +437,9 @@ int main(int argc, char** argv) {
   std::string file, in, out, a, b;
   std::string section = "model";
   double rtol = 0.0, atol = 0.0;
-  const std::vector<std::string> sections{"model", "optimizer", "scheduler"};
+  const char* section_help =
+      "which state dict of a checkpoint: model, optimizer, scheduler, scaler, extra/NAME, "
+      "extra/NAME/PREFIX (extra/ema/shadow: --ema's averaged weights)";
   cli::Flags f("dltrain-convert",
                "Moves weights between PyTorch's torch.save files (.pth, read only), safetensors "
                "and dltrain's HDF5 checkpoints (.h5), lists a file's tensors, compares two "
@@ -419,13 +452,13 @@ int main(int argc, char** argv) {
   cli::Flags& convert_cmd = f.subcommand("convert", "convert IN to OUT (.safetensors or .h5)");
   convert_cmd.add("IN", &in, "the file to read").required();
   convert_cmd.add("OUT", &out, "the file to write (.safetensors, .h5 or .hdf5)").required();
-  convert_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
+  convert_cmd.add("--section", &section, section_help).value_name("SECTION");
   cli::Flags& compare_cmd = f.subcommand("compare", "compare the tensors of A and B");
   compare_cmd.add("A", &a, "first file").required();
   compare_cmd.add("B", &b, "second file").required();
   compare_cmd.add("--rtol", &rtol, "relative tolerance").min(0);
   compare_cmd.add("--atol", &atol, "absolute tolerance").min(0);
-  compare_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
+  compare_cmd.add("--section", &section, section_help).value_name("SECTION");
   std::string restamp_out;
   double timeout_s = 600;
   cli::Flags& restamp_cmd =
@@ -452,7 +485,7 @@ int main(int argc, char** argv) {
   onnx_cmd.add("--image-size", &image_size, "height and width of the input images").min(1);
   onnx_cmd.add("--batch", &batch, "the batch size of the exported input").min(1);
   onnx_cmd.add_switch("--dynamic-batch", &dynamic, "make the batch dim symbolic ('batch')");
-  onnx_cmd.add("--section", &section, "which state dict of a checkpoint").choices(sections);
+  onnx_cmd.add("--section", &section, section_help).value_name("SECTION");
   f.parse(argc, argv);
   try {
     if (list_cmd.chosen()) return list(file);

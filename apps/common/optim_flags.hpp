@@ -1,8 +1,8 @@
 // The course's large-batch flags (issue 30, day 2 "Entraînement et large batches"): the
 // optimizer (--optimizer sgd|lars|lamb), the learning-rate schedule (--lr-schedule
-// onecycle|cosine|poly, --warmup-epochs) and the weight-decay exclusion of normalisation
-// parameters and biases (--no-bn-weight-decay), and the library objects they build
-// (header-only).
+// onecycle|cosine|poly, --warmup-epochs), the weight-decay exclusion of normalisation
+// parameters and biases (--no-bn-weight-decay) and the moving average of the weights (--ema
+// DECAY, --ema-warmup, --ema-every K), and the library objects they build (header-only).
 //
 // Invariants: every schedule is stepped once per optimizer step and spans `total_steps`;
 // onecycle has its own warm-up (the first 30 % of the cycle), so --warmup-epochs is refused with
@@ -21,6 +21,7 @@
 
 #include "apps/common/cli.hpp"
 #include "dltrain/nn/module.hpp"
+#include "dltrain/optim/ema.hpp"
 #include "dltrain/optim/lamb.hpp"
 #include "dltrain/optim/lars.hpp"
 #include "dltrain/optim/param_groups.hpp"
@@ -120,6 +121,53 @@ struct OptimFlags {
 
  private:
   static std::string cli_number(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return b;
+  }
+};
+
+/// --ema DECAY [--ema-warmup] [--ema-every K]: an optim::ModelEMA of the weights, updated after
+/// every optimizer step, evaluated beside the model at each epoch end and saved in the
+/// checkpoint (so that a resumed run continues the same average).
+struct EmaFlags {
+  double decay = 0;  // 0: off
+  bool warmup = false;
+  int64_t every = 1;
+
+  void add_to(cli::Flags& f) {
+    f.group(cli::group::kTraining);
+    f.add("--ema", &decay,
+          "keep an exponential moving average of the weights with this decay (e.g. 0.9999), "
+          "evaluated beside the model each epoch and checkpointed (0: off)")
+        .min(0)
+        .value_name("DECAY");
+    f.add_switch("--ema-warmup", &warmup,
+                 "with --ema: decay min(DECAY, (1 + t) / (10 + t)) at the t-th update, so the "
+                 "average forgets the initial weights early");
+    f.add("--ema-every", &every, "with --ema: update the average every K optimizer steps")
+        .positive()
+        .value_name("K");
+  }
+  void check(const cli::Flags& f) const {
+    if (decay > 1) f.fail("--ema must be a decay in [0, 1] (e.g. 0.9999), got " + num(decay));
+    if (decay == 0 && (f.given("--ema-warmup") || f.given("--ema-every")))
+      f.fail("--ema-warmup and --ema-every need --ema DECAY");
+  }
+  bool enabled() const { return decay > 0; }
+  /// The average of `model`'s current weights (null without --ema).
+  std::unique_ptr<optim::ModelEMA> make(const nn::Module& model) const {
+    if (!enabled()) return nullptr;
+    return std::make_unique<optim::ModelEMA>(
+        model, optim::ModelEMAOptions{.decay = decay, .warmup = warmup, .update_every = every});
+  }
+  std::string describe() const {
+    return "weights' moving average: decay " + num(decay) + (warmup ? " with warm-up" : "") +
+           (every > 1 ? ", every " + std::to_string(every) + " steps" : "");
+  }
+
+ private:
+  static std::string num(double v) {
     char b[32];
     std::snprintf(b, sizeof b, "%g", v);
     return b;

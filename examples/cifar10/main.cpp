@@ -9,6 +9,8 @@
 //           [--wd 5e-4] [--mom 0.9] [--label-smoothing 0.1] [--channels-last] [--seed 0]
 //           [--threads N] [--test] [--test-nsteps 50] [--json PATH]
 //           [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
+//           [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly] [--warmup-epochs E]
+//           [--no-bn-weight-decay] [--ema DECAY [--ema-warmup] [--ema-every K]]
 //           [--amp [--amp-dtype f16|bf16]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //           [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -47,6 +49,7 @@ struct Args : CommonFlags {
   std::string auto_augment = "none";
   double random_erasing = 0, mixup = 0, cutmix = 0;
   OptimFlags optim;
+  EmaFlags ema;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -62,6 +65,7 @@ Args parse(int argc, char** argv) {
   f.add("--mom", &a.mom, "momentum (nesterov)").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
   a.optim.add_to(f);
+  a.ema.add_to(f);
   f.add("--auto-augment", &a.auto_augment,
         "per-sample policy after crop and flip: trivial (TrivialAugmentWide), rand "
         "(RandAugment), imagenet (AutoAugment), none")
@@ -83,6 +87,7 @@ Args parse(int argc, char** argv) {
   a.prof.add_to(f);
   a.parse(f, argc, argv);
   a.optim.check(f);
+  a.ema.check(f);
   if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
 }
@@ -197,6 +202,9 @@ int main(int argc, char** argv) {
         a.optim.make_schedule(opt, a.lr, total, steps_per_epoch);
     optim::LRScheduler& sched = *schedule;
     std::printf("optimizer: %s\n", a.optim.describe(opt).c_str());
+    // --ema: the weights' moving average, updated after each optimizer step.
+    const std::unique_ptr<optim::ModelEMA> ema = a.ema.make(*model);
+    if (ema) std::printf("%s\n", a.ema.describe().c_str());
     CrossEntropyOptions ce;
     ce.label_smoothing = a.label_smoothing;
     nn::CrossEntropyLoss criterion(ce);
@@ -258,6 +266,7 @@ int main(int argc, char** argv) {
         x = x.contiguous(fmt);
         train_step.data_ready();
         train_step.run(b.size(), [&] { return criterion(model->forward(x), y); });
+        if (ema) ema->update(*model);
         if (train_step.step() >= total) break;
         train_step.begin();
       }
@@ -271,19 +280,27 @@ int main(int argc, char** argv) {
           "throughput %.1f img/s\n",
           static_cast<long long>(epoch + 1), static_cast<long long>(a.epochs), train_time,
           train_loss, test.loss(), test.accuracy(), ips);
-      std::fflush(stdout);
-      metrics.epoch({{"test/loss", test.loss()},
-                     {"test/acc", test.accuracy()},
-                     {"train/epoch_loss", train_loss},
-                     {"train/img_per_s", ips}},
-                    train_step.step());
+      std::map<std::string, double> figures = {{"test/loss", test.loss()},
+                                               {"test/acc", test.accuracy()},
+                                               {"train/epoch_loss", train_loss},
+                                               {"train/img_per_s", ips}};
       final_figures = {{"test/acc", test.accuracy()}, {"test/loss", test.loss()}};
-      report["epochs"].push_back({{"epoch", epoch + 1},
-                                  {"time_s", train_time},
-                                  {"train_loss", train_loss},
-                                  {"test_loss", test.loss()},
-                                  {"test_acc", test.accuracy()},
-                                  {"img_per_s", ips}});
+      nlohmann::json epoch_report = {{"epoch", epoch + 1},          {"time_s", train_time},
+                                     {"train_loss", train_loss},    {"test_loss", test.loss()},
+                                     {"test_acc", test.accuracy()}, {"img_per_s", ips}};
+      if (ema) {  // the averaged weights on the same test set (the model's own kept aside)
+        optim::EMAScope scope(*ema, *model);
+        const train::ClassifierFigures t =
+            train::evaluate_classifier(*model, test_loader, a.prec.evaluate_options(device));
+        std::printf("  EMA weights: test loss %.4f  test acc %.2f%%\n", t.loss(), t.accuracy());
+        figures["test/ema_loss"] = final_figures["test/ema_loss"] = t.loss();
+        figures["test/ema_acc"] = final_figures["test/ema_acc"] = t.accuracy();
+        epoch_report["test_loss_ema"] = t.loss();
+        epoch_report["test_acc_ema"] = t.accuracy();
+      }
+      std::fflush(stdout);
+      metrics.epoch(figures, train_step.step());
+      report["epochs"].push_back(epoch_report);
       report["steps"] = chrono.summary().measured_steps;
       report["step_ms"] = step_ms(chrono);
       if (!a.json.empty()) cli::write_json_report(a.json, report);
@@ -300,6 +317,7 @@ int main(int argc, char** argv) {
                     {"optimizer", a.optim.optimizer},
                     {"lr_schedule", a.optim.lr_schedule},
                     {"warmup_epochs", a.optim.warmup_epochs},
+                    {"ema", a.ema.decay},
                     {"precision", a.prec.precision(device)},
                     {"layout", std::string(a.prec.layout())}},
                    final_figures);

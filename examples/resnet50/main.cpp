@@ -22,7 +22,8 @@
 //            [--accumulation-steps K] [--checkpoint-activations N]
 //            [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
 //            [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly]
-//            [--warmup-epochs E] [--no-bn-weight-decay]
+//            [--warmup-epochs E] [--no-bn-weight-decay] [--recipe mlperf]
+//            [--ema DECAY [--ema-warmup] [--ema-every K]]
 //            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -45,6 +46,10 @@
 // --auto-augment and --random-erasing add data::augment.hpp's transforms to the training
 // pipeline after the crop and flip (ImagePipeline::augment); --mixup / --cutmix mix each
 // normalised training batch (data::MixUp, data::CutMix) into soft labels for the loss.
+//
+// --ema DECAY keeps an exponential moving average of the weights (optim::ModelEMA), updated after
+// each optimizer step, validated beside the model at each epoch end ("val acc (EMA)") and saved
+// in the checkpoint's /extra/ema, so a resumed run continues the same average.
 //
 // --amp runs forward and loss under autocast: f16 with a GradScaler on a GPU, bf16 on the CPU
 // (--amp-dtype chooses; f16 always comes with loss scaling).
@@ -90,6 +95,7 @@ struct Args : CommonFlags {
   std::string auto_augment = "none";
   double random_erasing = 0, mixup = 0, cutmix = 0;
   OptimFlags optim;
+  EmaFlags ema;
   std::string recipe = "none";
 };
 
@@ -137,6 +143,7 @@ Args parse(int argc, char** argv) {
   f.add("--mom", &a.mom, "momentum").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
   a.optim.add_to(f);
+  a.ema.add_to(f);
   f.add("--recipe", &a.recipe,
         "mlperf: MLPerf's ResNet-50 recipe (LARS, lr 11, 2 warm-up epochs, poly power 2 to "
         "1e-4, no decay on BN/bias, label smoothing 0.1, 35 epochs); flags given win")
@@ -176,6 +183,7 @@ Args parse(int argc, char** argv) {
   a.parse(f, argc, argv);
   apply_recipe(a, f);
   a.optim.check(f);
+  a.ema.check(f);
   if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
   return a;
 }
@@ -292,6 +300,9 @@ int main(int argc, char** argv) {
         args.optim.make_schedule(opt, args.lr, total_steps, steps_per_epoch);
     optim::LRScheduler& sched = *schedule;
     std::printf("optimizer: %s\n", args.optim.describe(opt).c_str());
+    // --ema: the weights' moving average, updated after each optimizer step, checkpointed.
+    const std::unique_ptr<optim::ModelEMA> ema = args.ema.make(*model);
+    if (ema) std::printf("%s\n", args.ema.describe().c_str());
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
     // --mixup / --cutmix: soft labels [N, classes] from the batch rolled by one (torchvision v2;
     // with both, one of the two per batch, as its recipe's RandomChoice), drawn per rank.
@@ -324,14 +335,17 @@ int main(int argc, char** argv) {
 
     std::vector<nlohmann::json> epochs;
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
-    train::CheckpointFile ckpt(args.checkpoint, *model, opt, sched, scaler,
-                               {.global_batch = args.batch_size * ranks * accum,
-                                .metadata = {{"example", "resnet50"},
-                                             {"arch", args.arch},
-                                             {"optimizer", args.optim.optimizer},
-                                             {"lr_schedule", args.optim.lr_schedule},
-                                             {"ranks", std::to_string(ranks)}},
-                                .lr_scaling = args.lr_scaling()});
+    train::CheckpointFile ckpt(
+        args.checkpoint, *model, opt, sched, scaler,
+        {.global_batch = args.batch_size * ranks * accum,
+         .metadata = {{"example", "resnet50"},
+                      {"arch", args.arch},
+                      {"optimizer", args.optim.optimizer},
+                      {"lr_schedule", args.optim.lr_schedule},
+                      {"ranks", std::to_string(ranks)}},
+         .lr_scaling = args.lr_scaling(),
+         .extra = ema ? std::vector<io::ExtraState>{io::ExtraState::of("ema", *ema)}
+                      : std::vector<io::ExtraState>{}});
     const train::ResumePosition start = ckpt.resume(args.resume);
     bool preempted = false;
     // The course's chronometer: on a GPU with --test its marks wait for the device, so each phase
@@ -365,6 +379,7 @@ int main(int argc, char** argv) {
           train_step.begin();
           return true;
         }
+        if (ema) ema->update(*model);
         const int64_t step = train_step.step(), nb = train_step.batches();
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
         if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
@@ -388,12 +403,11 @@ int main(int argc, char** argv) {
       const double train_time = train.seconds, train_loss = train.mean_loss(),
                    throughput = train.throughput();
 
-      double val_acc = -1, val_time = 0;
-      if (val_loader) {
+      // Top-1 accuracy (%) of the model as it stands on the validation set, over all ranks.
+      auto validate = [&] {
         model->eval();
         NoGradGuard ng;
         const amp::autocast ac = args.prec.region(device);
-        const auto v0 = mark();
         int64_t correct = 0, total = 0;
         Tensor hits = zeros({}, TensorOptions(DType::i64).with_device(device));
         for_each_batch(*val_loader, [&](const Tensor& x, const Tensor& y) {
@@ -407,8 +421,17 @@ int main(int argc, char** argv) {
               static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(correct)));
           total = static_cast<int64_t>(distributed::all_reduce_value(static_cast<double>(total)));
         }
+        return 100.0 * static_cast<double>(correct) / static_cast<double>(total);
+      };
+      double val_acc = -1, val_time = 0, val_acc_ema = -1;
+      if (val_loader) {
+        const auto v0 = mark();
+        val_acc = validate();
         val_time = seconds(v0, mark());
-        val_acc = 100.0 * static_cast<double>(correct) / static_cast<double>(total);
+        if (ema) {  // the averaged weights, the model's own kept aside
+          optim::EMAScope scope(*ema, *model);
+          val_acc_ema = validate();
+        }
       }
       epochs.push_back({{"epoch", epoch + 1},
                         {"train_s", train_time},
@@ -416,18 +439,23 @@ int main(int argc, char** argv) {
                         {"train_loss", train_loss},
                         {"val_s", val_time},
                         {"val_acc", val_acc}});
+      if (ema) epochs.back()["val_acc_ema"] = val_acc_ema;
       std::map<std::string, double> figures = {{"train/epoch_loss", train_loss},
                                                {"train/img_per_s", throughput}};
       if (val_loader) {
         figures["val/acc"] = val_acc;
         final_figures = {{"val/acc", val_acc}};
+        if (ema) figures["val/acc_ema"] = final_figures["val/acc_ema"] = val_acc_ema;
       }
       metrics.epoch(figures, step);
       if (!done) ckpt.save(epoch + 1, step);
       std::printf("epoch %lld/%lld  train %.1f s (%.1f img/s)  train loss %.4f",
                   static_cast<long long>(epoch + 1), static_cast<long long>(args.epochs),
                   train_time, throughput, train_loss);
-      if (val_loader)
+      if (val_loader && ema)
+        std::printf("  val %.1f s  val acc %.2f%%  val acc (EMA) %.2f%%\n", val_time, val_acc,
+                    val_acc_ema);
+      else if (val_loader)
         std::printf("  val %.1f s  val acc %.2f%%\n", val_time, val_acc);
       else
         std::printf("  (no val/ folder)\n");
@@ -457,6 +485,7 @@ int main(int argc, char** argv) {
                     {"lr_schedule", args.optim.lr_schedule},
                     {"warmup_epochs", args.optim.warmup_epochs},
                     {"no_bn_weight_decay", args.optim.no_bn_weight_decay ? 1.0 : 0.0},
+                    {"ema", args.ema.decay},
                     {"precision", args.prec.precision(device)},
                     {"layout", std::string(args.prec.layout())}},
                    final_figures);

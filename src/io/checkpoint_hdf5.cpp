@@ -168,13 +168,12 @@ void write_state(hid_t file, const char* group, const StateDict& sd, const std::
   }
 }
 
-StateDict read_state(hid_t file, const char* group, const std::string& path) {
-  StateDict sd;
-  if (H5Lexists(file, group, H5P_DEFAULT) <= 0) return sd;
-  Hid g(check_id(H5Gopen2(file, group, H5P_DEFAULT), path, "open a group"), H5Gclose);
+// The names of a group's links in creation order (names longer than the file are corruption).
+std::vector<std::string> link_names(hid_t g, const std::string& path) {
   H5G_info_t info;
   check_status(H5Gget_info(g, &info), path, "list a group");
   const uint64_t fsize = file_size(path);
+  std::vector<std::string> names;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     ssize_t n =
         H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
@@ -187,6 +186,17 @@ StateDict read_state(hid_t file, const char* group, const std::string& path) {
                                          : 0),
                  path, "read an entry name");
     key.resize(static_cast<size_t>(n));
+    names.push_back(std::move(key));
+  }
+  return names;
+}
+
+StateDict read_state(hid_t file, const char* group, const std::string& path) {
+  StateDict sd;
+  if (H5Lexists(file, group, H5P_DEFAULT) <= 0) return sd;
+  Hid g(check_id(H5Gopen2(file, group, H5P_DEFAULT), path, "open a group"), H5Gclose);
+  const uint64_t fsize = file_size(path);
+  for (const std::string& key : link_names(g, path)) {
     Hid ds(check_id(H5Dopen2(g, key.c_str(), H5P_DEFAULT), path, "open a dataset"), H5Dclose);
     const DType dt = dtype_from_name(read_string_attr(ds, "dtype", path), path, key);
     Hid space(check_id(H5Dget_space(ds), path, "read a dataset's shape"), H5Sclose);
@@ -262,6 +272,14 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
   h5::quiet();
   DLTRAIN_CHECK(options.keep_last >= 1, "write_checkpoint: keep_last must be >= 1, got ",
                 options.keep_last);
+  DLTRAIN_CHECK(options.extra.empty(), "write_checkpoint('", path,
+                "'): SaveOptions::extra is for save_checkpoint; put the states in "
+                "Checkpoint::extra");
+  // Before any file is made: a bad name must not cost the previous checkpoint anything.
+  for (const auto& [name, sd] : ckpt.extra)
+    DLTRAIN_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos,
+                  "write_checkpoint('", path, "'): extra state name '", name,
+                  "' cannot be an HDF5 group name; use a name without '/'");
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -288,6 +306,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt, const Sav
     write_state(file, "optimizer", ckpt.optimizer, tmp);
     write_state(file, "scheduler", ckpt.scheduler, tmp);
     if (!ckpt.scaler.empty()) write_state(file, "scaler", ckpt.scaler, tmp);
+    if (!ckpt.extra.empty()) {
+      Hid extra = create_group(file, "extra", tmp);
+      for (const auto& [name, sd] : ckpt.extra) write_state(extra, name.c_str(), sd, tmp);
+    }
     {
       Hid meta = create_group(file, "metadata", tmp);
       for (const auto& [k, v] : ckpt.metadata) write_string_attr(meta, k, v, tmp);
@@ -364,6 +386,11 @@ Checkpoint read_hdf5_checkpoint(const std::string& path, std::optional<int64_t> 
   c.optimizer = read_state(file, "optimizer", path);
   c.scheduler = read_state(file, "scheduler", path);
   c.scaler = read_state(file, "scaler", path);
+  if (H5Lexists(file, "extra", H5P_DEFAULT) > 0) {
+    Hid extra(check_id(H5Gopen2(file, "extra", H5P_DEFAULT), path, "open /extra"), H5Gclose);
+    for (const std::string& name : link_names(extra, path))
+      c.extra[name] = read_state(extra, name.c_str(), path);
+  }
   if (H5Lexists(file, "metadata", H5P_DEFAULT) > 0) {
     Hid meta(check_id(H5Gopen2(file, "metadata", H5P_DEFAULT), path, "open /metadata"), H5Gclose);
     // H5Aiterate2 exists in HDF5 1.10 and later alike.

@@ -37,7 +37,8 @@ ResumePosition CheckpointFile::resume(bool asked) {
   ResumePosition& r = start_;
   r.saved_global_batch = r.global_batch = options_.global_batch;
   if (!asked || path_.empty() || !std::ifstream(path_).good()) return r;
-  const io::TrainingProgress p = io::load_checkpoint(path_, model_, &opt_, &sched_, &scaler_);
+  const io::TrainingProgress p =
+      io::load_checkpoint(path_, model_, &opt_, &sched_, &scaler_, {.extra = options_.extra});
   r = resume_data_position(
       p, options_.global_batch, &opt_, &sched_,
       {.lr_scaling = options_.lr_scaling, .scheduler_unit = options_.scheduler_unit});
@@ -89,7 +90,7 @@ void CheckpointFile::save_at(int64_t epoch, int64_t step, int64_t batch, int64_t
                          .batch_in_epoch = batch,
                          .samples_in_epoch = samples,
                          .global_batch = options_.global_batch},
-                        options_.metadata);
+                        options_.metadata, {.extra = options_.extra});
   });
   if (options_.verbose)
     std::printf("checkpoint: %s (epoch %lld, sample %lld, step %lld)\n", path_.c_str(),

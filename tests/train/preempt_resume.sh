@@ -9,6 +9,7 @@
 # Each run is `EXAMPLE ARGS --test --test-nsteps STEPS --checkpoint FILE`; the signal is sent
 # once the example has logged step SIGNAL_AFTER. $PREEMPT_LAUNCHER, when set, prefixes each run
 # (tests/mpi/mpirun.sh 2: the signal goes to mpirun, which forwards SIGUSR1 to the ranks).
+# $PREEMPT_EXTRA_SECTIONS names further checkpoint sections to compare (extra/ema for --ema).
 set -euo pipefail
 convert=$1 work=$2 steps=$3 after=$4
 shift 4
@@ -51,8 +52,10 @@ echo "signalled after step $after: stopped and saved at step $stopped of $steps,
 grep -q "resumed from .*step $stopped" "$work/resumed.log" || fail "the run did not resume"
 
 # 4. Bit for bit the uninterrupted run's state.
-for section in model optimizer scheduler; do
+read -r -a extra_sections <<< "${PREEMPT_EXTRA_SECTIONS:-}"
+for section in model optimizer scheduler "${extra_sections[@]}"; do
   "$convert" compare "$work/ref.h5" "$work/run.h5" --section "$section" ||
     fail "the $section state differs from the uninterrupted run's"
 done
-echo "preempt_resume: resumed run identical to the uninterrupted one (model, optimizer, scheduler)"
+echo "preempt_resume: resumed run identical to the uninterrupted one (model, optimizer," \
+  "scheduler${extra_sections[*]:+, ${extra_sections[*]}})"

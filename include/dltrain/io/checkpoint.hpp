@@ -9,7 +9,9 @@
 // before them load with -1 and 0), groups /model, /optimizer, /scheduler and /scaler holding one
 // dataset per tensor (named by its key, in insertion order, with a "dtype" attribute; f16/bf16 as
 // their 16-bit patterns) and /metadata holding string attributes. /scaler is absent when no scaler
-// was saved (and in files written before it existed, which load unchanged). The HDF5 part starts at
+// was saved (and in files written before it existed, which load unchanged). Further named states
+// (io::ExtraState: an EMA of the weights, a user's counters) go to /extra/<name>, one group each
+// laid out like /model; files without /extra load unchanged. The HDF5 part starts at
 // byte 512 (an HDF5 user block: h5py and the HDF5 tools read the file as is) and uses HDF5 1.8
 // to 1.10 format versions, whose metadata HDF5 checksums; bytes 0-511 are dltrain's integrity
 // header: magic, format version, file size and a CRC-32 of the whole file.
@@ -30,8 +32,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "dltrain/core/state_dict.hpp"
 
@@ -78,6 +82,8 @@ struct Checkpoint {
   StateDict model, optimizer, scheduler;
   /// GradScaler state (empty when none was saved, or the scaler was disabled).
   StateDict scaler;
+  /// Further named states (ExtraState), by name.
+  std::map<std::string, StateDict> extra;
   TrainingProgress progress;
   /// The default generator's state (Generator::seed / offset).
   uint64_t rng_seed = 0, rng_offset = 0;
@@ -87,9 +93,37 @@ struct Checkpoint {
   int64_t format_version = kCheckpointFormat;
 };
 
+/// A further object saved with a checkpoint and restored with it, under a name: anything with
+/// the pair state_dict() / load_state_dict() (optim::ModelEMA, a sampler, a user's counters).
+/// `load` must change nothing when it throws (so that a failed load restores everything).
+struct ExtraState {
+  /// Its group in the file, /extra/<name>: not empty, no '/'.
+  std::string name;
+  std::function<StateDict()> save;
+  std::function<void(const StateDict&)> load;
+
+  /// ExtraState::of("ema", ema): `object` must outlive every save and load that uses it.
+  template <class T>
+  static ExtraState of(std::string name, T& object) {
+    return {std::move(name), [&object] { return object.state_dict(); },
+            [&object](const StateDict& s) { object.load_state_dict(s); }};
+  }
+};
+
 struct SaveOptions {
   /// Keep this many checkpoints: the newest at `path`, older ones at `path.1`, `path.2`, ...
   int64_t keep_last = 1;
+  /// save_checkpoint: further states saved beside the model's (write_checkpoint writes
+  /// Checkpoint::extra instead and refuses these).
+  std::vector<ExtraState> extra{};
+};
+
+struct LoadOptions {
+  /// Restore the default generator's state.
+  bool restore_rng = true;
+  /// Further states to restore; each must be in the file (dltrain::Error otherwise). States in
+  /// the file that are not asked for are ignored.
+  std::vector<ExtraState> extra{};
 };
 
 /// True when this build can read and write checkpoints (HDF5 was found).
@@ -135,5 +169,12 @@ TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
 TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
                                  optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
                                  amp::GradScaler* scaler, bool restore_rng = true);
+
+/// load_checkpoint with LoadOptions (further states: options.extra). All or nothing as above:
+/// an extra state that refuses its part leaves model, optimizer, scheduler, scaler and the
+/// other extra states as they were.
+TrainingProgress load_checkpoint(const std::string& path, nn::Module& model,
+                                 optim::Optimizer* optimizer, optim::LRScheduler* scheduler,
+                                 amp::GradScaler* scaler, const LoadOptions& options);
 
 }  // namespace dltrain::io

@@ -35,7 +35,9 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "dltrain/io/checkpoint.hpp"
 #include "dltrain/train/preemption.hpp"
 #include "dltrain/train/resume.hpp"
 
@@ -68,6 +70,9 @@ struct CheckpointFileOptions {
   SchedulerUnit scheduler_unit = SchedulerUnit::Batch;
   /// Print a line when resuming, saving and stopping for a requeue.
   bool verbose = true;
+  /// Further states saved and resumed with the rest (io::ExtraState::of("ema", ema)); a resume
+  /// from a file without one of them is refused.
+  std::vector<io::ExtraState> extra{};
 };
 
 class CheckpointFile {
