@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "apps/common/cli.hpp"
+#include "dltrain/distributed/zero.hpp"
 #include "dltrain/nn/module.hpp"
 #include "dltrain/optim/ema.hpp"
 #include "dltrain/optim/lamb.hpp"
@@ -37,6 +38,9 @@ struct OptimFlags {
   bool no_bn_weight_decay = false;
   /// Where --lr-schedule poly ends (0; MLPerf's recipe ends at 1e-4).
   double poly_end_lr = 0;
+  /// --zero STAGE (add_zero_to): 1 shards the optimizer state over the data-parallel ranks,
+  /// 2 the gradients too.
+  int64_t zero = 0;
 
   void add_to(cli::Flags& f) {
     f.group(cli::group::kTraining);
@@ -53,8 +57,18 @@ struct OptimFlags {
                  "no weight decay (and no LARS/LAMB trust ratio) on normalisation weights and "
                  "biases");
   }
+  /// --zero, for programs that train data-parallel.
+  void add_zero_to(cli::Flags& f) {
+    f.group(cli::group::kTraining);
+    f.add("--zero", &zero,
+          "ZeRO stage under data parallelism: 1 shards the optimizer state over the ranks "
+          "(ZeroRedundancyOptimizer), 2 the gradients too (reduce-scattered); 0: off")
+        .min(0)
+        .value_name("STAGE");
+  }
   /// Checks what concerns several flags (after Flags::parse).
   void check(const cli::Flags& f) const {
+    if (zero > 2) f.fail("--zero must be 0, 1 or 2 (ZeRO-3 is FSDP: distributed/fsdp.hpp)");
     if (warmup_epochs > 0 && lr_schedule == "onecycle")
       f.fail(
           "--warmup-epochs applies to --lr-schedule cosine or poly (onecycle warms up by "
@@ -63,6 +77,13 @@ struct OptimFlags {
   /// "LARS, poly schedule after a 1-epoch warm-up, no decay on 107 norm/bias tensors".
   std::string describe(const optim::Optimizer& opt) const {
     std::string s = std::string(opt.name()) + ", " + lr_schedule + " schedule";
+    if (zero > 0)
+      s += ", ZeRO-" + std::to_string(zero) + " (optimizer state" +
+           (zero == 2 ? " and gradients" : "") + " sharded over " +
+           std::to_string(dynamic_cast<const distributed::ZeroRedundancyOptimizer&>(opt)
+                              .process_group()
+                              .size()) +
+           " ranks)";
     if (warmup_epochs > 0) s += " after a " + cli_number(warmup_epochs) + "-epoch warm-up";
     if (no_bn_weight_decay && opt.param_groups().size() > 1)
       s += ", no weight decay on " + std::to_string(opt.param_groups()[1].params.size()) +
@@ -80,18 +101,30 @@ struct OptimFlags {
                                             {.exclude_from_trust_ratio = optimizer != "sgd"});
     else
       groups.push_back({.params = model.parameters()});
-    if (optimizer == "lars")
-      return std::make_unique<optim::LARS>(
-          std::move(groups),
-          optim::LARSOptions{.lr = lr, .momentum = momentum, .weight_decay = weight_decay});
-    if (optimizer == "lamb")
-      return std::make_unique<optim::LAMB>(
-          std::move(groups),
-          optim::LAMBOptions{.lr = lr, .betas = {momentum, 0.999}, .weight_decay = weight_decay});
-    return std::make_unique<optim::SGD>(
-        std::move(groups),
-        optim::SGDOptions{
-            .lr = lr, .momentum = momentum, .weight_decay = weight_decay, .nesterov = nesterov});
+    const std::string kind = optimizer;
+    auto make = [kind, lr, momentum, weight_decay,
+                 nesterov](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
+      if (kind == "lars")
+        return std::make_unique<optim::LARS>(
+            std::move(g),
+            optim::LARSOptions{.lr = lr, .momentum = momentum, .weight_decay = weight_decay});
+      if (kind == "lamb")
+        return std::make_unique<optim::LAMB>(
+            std::move(g),
+            optim::LAMBOptions{.lr = lr, .betas = {momentum, 0.999}, .weight_decay = weight_decay});
+      return std::make_unique<optim::SGD>(
+          std::move(g),
+          optim::SGDOptions{
+              .lr = lr, .momentum = momentum, .weight_decay = weight_decay, .nesterov = nesterov});
+    };
+    if (zero > 0)  // the state sharded over the default group's ranks
+      return std::make_unique<distributed::ZeroRedundancyOptimizer>(std::move(groups), make);
+    return make(std::move(groups));
+  }
+  /// With --zero 2: the ZeRO optimizer whose partition DDP scatters the gradients by
+  /// (DDPOptions::shard_gradients); null otherwise.
+  const distributed::ZeroRedundancyOptimizer* shard_gradients(const optim::Optimizer& opt) const {
+    return zero == 2 ? dynamic_cast<const distributed::ZeroRedundancyOptimizer*>(&opt) : nullptr;
   }
 
   /// The schedule over `total_steps` optimizer steps (`steps_per_epoch` of them an epoch).

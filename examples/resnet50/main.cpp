@@ -23,7 +23,7 @@
 //            [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
 //            [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly]
 //            [--warmup-epochs E] [--no-bn-weight-decay] [--recipe mlperf]
-//            [--ema DECAY [--ema-warmup] [--ema-every K]]
+//            [--ema DECAY [--ema-warmup] [--ema-every K]] [--zero 1|2]
 //            [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //            [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
 //
@@ -50,6 +50,10 @@
 // --ema DECAY keeps an exponential moving average of the weights (optim::ModelEMA), updated after
 // each optimizer step, validated beside the model at each epoch end ("val acc (EMA)") and saved
 // in the checkpoint's /extra/ema, so a resumed run continues the same average.
+//
+// --zero 1 shards the optimizer state over the ranks (distributed::ZeroRedundancyOptimizer
+// around the chosen optimizer), --zero 2 the gradients too (DDP reduce-scatters them); the
+// checkpoint holds the consolidated state, which resumes on any number of ranks.
 //
 // --amp runs forward and loss under autocast: f16 with a GradScaler on a GPU, bf16 on the CPU
 // (--amp-dtype chooses; f16 always comes with loss scaling).
@@ -143,6 +147,7 @@ Args parse(int argc, char** argv) {
   f.add("--mom", &a.mom, "momentum").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
   a.optim.add_to(f);
+  a.optim.add_zero_to(f);
   a.ema.add_to(f);
   f.add("--recipe", &a.recipe,
         "mlperf: MLPerf's ResNet-50 recipe (LARS, lr 11, 2 warm-up epochs, poly power 2 to "
@@ -331,7 +336,10 @@ int main(int argc, char** argv) {
                                                          : "CutMix");
     }
     amp::GradScaler scaler(args.prec.scaler_options(device));
-    distributed::DistributedDataParallel ddp(model);
+    // --zero 2: gradients reduce-scattered to the ranks that own them in the optimizer's
+    // partition (ZeRO-2); --zero 1 shards the optimizer state only (the optimizer's business).
+    distributed::DistributedDataParallel ddp(model,
+                                             {.shard_gradients = args.optim.shard_gradients(opt)});
 
     std::vector<nlohmann::json> epochs;
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams

@@ -190,7 +190,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     else
       cpu_unscale(grads, found_inf, inv_scale.item<float>());
   }
-  st.found_inf = std::move(found);
+  st.found_inf = optimizer.combine_found_inf(std::move(found));
   st.stage = Stage::Unscaled;
 }
 

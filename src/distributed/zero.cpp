@@ -6,6 +6,7 @@
 #include "dltrain/distributed/zero.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -15,8 +16,10 @@
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/error.hpp"
+#include "dltrain/ops/elementwise.hpp"
 #include "src/core/trace.hpp"
 #include "src/distributed/internal.hpp"
+#include "src/optim/clip_grad_internal.hpp"
 
 namespace dltrain::distributed {
 
@@ -423,6 +426,34 @@ void ZeroRedundancyOptimizer::load_state(const StateDict& state,
     }
   }
   local_->load_state_dict(mine);
+}
+
+}  // namespace dltrain::distributed
+
+namespace dltrain::distributed {
+
+std::vector<Tensor> ZeroRedundancyOptimizer::combine_found_inf(std::vector<Tensor> found) const {
+  autograd::NoGradGuard ng;
+  const Device d = group_->tensor_device();
+  Tensor flag = zeros({}, TensorOptions(DType::f32).with_device(d));
+  for (const Tensor& f : found) flag = maximum(flag, f.to(d));
+  group_->all_reduce(flag, ReduceOp::Max).wait();
+  return {flag};
+}
+
+Tensor clip_grad_norm_(const ZeroRedundancyOptimizer& optimizer, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  const std::vector<Tensor> all = optimizer.parameters();
+  std::vector<Tensor> owned;
+  for (int64_t i : optimizer.local_parameters()) owned.push_back(all[static_cast<size_t>(i)]);
+  const double mine =
+      optim::detail::grad_norm_partial(owned, norm_type, "distributed::clip_grad_norm_");
+  ProcessGroup& g = optimizer.process_group();
+  Tensor partial = full({}, mine, TensorOptions(DType::f64).with_device(g.tensor_device()));
+  g.all_reduce(partial, std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum).wait();
+  const double total = optim::detail::clip_from_partial(all, max_norm, norm_type,
+                                                        partial.item<double>(), error_if_nonfinite);
+  return scalar_tensor(total, DType::f64);
 }
 
 }  // namespace dltrain::distributed

@@ -21,11 +21,11 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
   save_checkpoint(path, model, optimizer, scheduler, nullptr, progress, metadata, options);
 }
 
-void save_checkpoint(const std::string& path, const nn::Module& model,
-                     const optim::Optimizer* optimizer, const optim::LRScheduler* scheduler,
-                     const amp::GradScaler* scaler, const TrainingProgress& progress,
-                     const std::map<std::string, std::string>& metadata,
-                     const SaveOptions& options) {
+Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer* optimizer,
+                           const optim::LRScheduler* scheduler, const amp::GradScaler* scaler,
+                           const TrainingProgress& progress,
+                           const std::map<std::string, std::string>& metadata,
+                           const std::vector<ExtraState>& extra) {
   Checkpoint c;
   c.model = model.state_dict();
   if (optimizer) c.optimizer = optimizer->state_dict();
@@ -35,15 +35,23 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
   c.rng_seed = default_generator().seed();
   c.rng_offset = default_generator().offset();
   c.metadata = metadata;
-  for (const ExtraState& e : options.extra) {
-    DLTRAIN_CHECK(e.save, "save_checkpoint('", path, "'): extra state '", e.name,
+  for (const ExtraState& e : extra) {
+    DLTRAIN_CHECK(e.save, "save_checkpoint: extra state '", e.name,
                   "' has no save function; build it with io::ExtraState::of(name, object)");
-    DLTRAIN_CHECK(!c.extra.count(e.name), "save_checkpoint('", path,
-                  "'): two extra states are "
-                  "named '",
-                  e.name, "'; give each its own name");
+    DLTRAIN_CHECK(!c.extra.count(e.name), "save_checkpoint: two extra states are named '", e.name,
+                  "'; give each its own name");
     c.extra[e.name] = e.save();
   }
+  return c;
+}
+
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer, const optim::LRScheduler* scheduler,
+                     const amp::GradScaler* scaler, const TrainingProgress& progress,
+                     const std::map<std::string, std::string>& metadata,
+                     const SaveOptions& options) {
+  const Checkpoint c =
+      make_checkpoint(model, optimizer, scheduler, scaler, progress, metadata, options.extra);
   SaveOptions write_options = options;
   write_options.extra.clear();  // now in c.extra
   write_checkpoint(path, c, write_options);

@@ -12,6 +12,7 @@
 #include "dltrain/core/parallel.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "src/backend/cuda/optim.hpp"
+#include "src/optim/clip_grad_internal.hpp"
 
 namespace dltrain::optim {
 
@@ -140,6 +141,45 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   const double clamped = std::isnan(total) ? total : coef;
   for (Tensor g : grads) mul_(g, clamped);
   return scalar_tensor(total, grads.front().options());
+}
+
+double detail::grad_norm_partial(const std::vector<Tensor>& params, double norm_type,
+                                 const char* op) {
+  DLTRAIN_CHECK(norm_type > 0.0, op, ": norm_type must be a positive p or infinity, got ",
+                norm_type);
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = gradients(params, op);
+  if (grads.empty()) return 0.0;
+  const bool inf = std::isinf(norm_type);
+  if (grads.front().device().is_cuda()) {  // the device's norm, raised back to the power p
+    const TensorOptions f64 = TensorOptions(DType::f64).with_device(grads.front().device());
+    Tensor norm = empty({}, f64), coef = empty({}, f64);
+    std::vector<Tensor> dense;
+    for (const Tensor& g : grads) dense.push_back(detail::is_dense(g) ? g : g.contiguous());
+    backend::cuda::grad_norm(norm, coef, dense, norm_type, 1.0);
+    const double n = norm.item<double>();
+    return inf ? n : std::pow(n, norm_type);
+  }
+  double acc = 0.0;
+  for (const Tensor& g : grads) {
+    const double part = norm_part(detail::is_dense(g) ? g : g.contiguous(), norm_type);
+    acc = inf ? ((std::isnan(part) || part > acc) ? part : acc) : acc + part;
+  }
+  return acc;
+}
+
+double detail::clip_from_partial(const std::vector<Tensor>& params, double max_norm,
+                                 double norm_type, double partial, bool error_if_nonfinite) {
+  DLTRAIN_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
+  autograd::NoGradGuard no_grad;
+  const bool inf = std::isinf(norm_type);
+  const double total =
+      inf ? partial : (norm_type == 2.0 ? std::sqrt(partial) : std::pow(partial, 1.0 / norm_type));
+  check_finite_norm(error_if_nonfinite, total, norm_type);
+  const double coef = std::min(max_norm / (total + 1e-6), 1.0);
+  const double clamped = std::isnan(total) ? total : coef;
+  for (Tensor g : gradients(params, "clip_grad_norm_")) mul_(g, clamped);
+  return total;
 }
 
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {

@@ -10,6 +10,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/distributed/process_group.hpp"
+#include "dltrain/distributed/zero.hpp"
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/nn/module.hpp"
 #include "dltrain/optim/optimizer.hpp"
@@ -82,16 +83,19 @@ bool CheckpointFile::stop_for_requeue(int64_t epoch, int64_t step, const data::D
 
 void CheckpointFile::save_at(int64_t epoch, int64_t step, int64_t batch, int64_t samples) {
   if (path_.empty()) return;
-  // Rank 0 writes; a failure there (disk full) is raised on every rank.
-  distributed::on_main_process([&] {
-    io::save_checkpoint(path_, model_, &opt_, &sched_, &scaler_,
-                        {.epoch = epoch,
-                         .step = step,
-                         .batch_in_epoch = batch,
-                         .samples_in_epoch = samples,
-                         .global_batch = options_.global_batch},
-                        options_.metadata, {.extra = options_.extra});
-  });
+  // Every rank gathers the state (a state_dict() may be collective: ZeRO's optimizer state is
+  // broadcast from its owners, to rank 0 only here); rank 0 writes, and a failure there (disk
+  // full) is raised on every rank.
+  const auto* zero = dynamic_cast<const distributed::ZeroRedundancyOptimizer*>(&opt_);
+  io::Checkpoint c = io::make_checkpoint(model_, zero ? nullptr : &opt_, &sched_, &scaler_,
+                                         {.epoch = epoch,
+                                          .step = step,
+                                          .batch_in_epoch = batch,
+                                          .samples_in_epoch = samples,
+                                          .global_batch = options_.global_batch},
+                                         options_.metadata, options_.extra);
+  if (zero) c.optimizer = zero->consolidated_state_dict(0);
+  distributed::on_main_process([&] { io::write_checkpoint(path_, c); });
   if (options_.verbose)
     std::printf("checkpoint: %s (epoch %lld, sample %lld, step %lld)\n", path_.c_str(),
                 static_cast<long long>(epoch + 1), static_cast<long long>(samples),

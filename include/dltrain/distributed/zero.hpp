@@ -98,6 +98,9 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   void add_param_group(optim::ParamGroup group) override;
   /// The wrapped optimizer's name ("SGD", "AdamW", ...): also the state dict's type tag.
   const char* name() const override { return local_->name(); }
+  /// GradScaler's inf check over the group: one flag, the maximum of every rank's (under
+  /// ZeRO-2 each rank sees only its own parameters' gradients). Collective.
+  std::vector<Tensor> combine_found_inf(std::vector<Tensor> found) const override;
 
   /// The full state on `rank` only (an empty StateDict elsewhere). Collective.
   StateDict consolidated_state_dict(int rank) const;
@@ -149,5 +152,14 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   std::vector<Tensor> stages_;       // one staging buffer per dtype and device
   mutable int consolidate_to_ = -1;  // save_state keeps the state only on this rank (-1: all)
 };
+
+/// clip_grad_norm_ for a ZeRO optimizer's parameters, whose gradients may be sharded (ZeRO-2:
+/// each rank holds its own parameters' gradients only): the norm of all the model's gradients,
+/// each counted once (on its owner) and reduced over the optimizer's group, the same total on
+/// every rank; each rank scales the gradients it holds. Equals optim::clip_grad_norm_ of one
+/// process over the same gradients (up to the order of the partial sums). Collective. Returns
+/// the total norm (a 0-d f64 CPU tensor).
+Tensor clip_grad_norm_(const ZeroRedundancyOptimizer& optimizer, double max_norm,
+                       double norm_type = 2.0, bool error_if_nonfinite = false);
 
 }  // namespace dltrain::distributed

@@ -139,6 +139,17 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt,
 /// `dltrain-convert restamp`), a newer format version, or a malformed entry.
 Checkpoint read_checkpoint(const std::string& path);
 
+/// What save_checkpoint writes, gathered without writing (the states, the progress, the default
+/// generator's state, `metadata` and the `extra` states). A data-parallel job calls it on every
+/// rank and writes on one (train::CheckpointFile does): a state_dict() may be collective
+/// (distributed::ZeroRedundancyOptimizer's). Throws dltrain::Error for an extra state without a
+/// save function or two extra states of one name.
+Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer* optimizer,
+                           const optim::LRScheduler* scheduler, const amp::GradScaler* scaler,
+                           const TrainingProgress& progress,
+                           const std::map<std::string, std::string>& metadata = {},
+                           const std::vector<ExtraState>& extra = {});
+
 /// Saves model, optimizer and scheduler (either may be null), the progress, the default
 /// generator's state and `metadata`.
 void save_checkpoint(const std::string& path, const nn::Module& model,

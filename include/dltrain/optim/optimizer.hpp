@@ -131,6 +131,13 @@ class Optimizer {
   /// "SGD", "Adam", "AdamW", "LARS", "LAMB": used in messages and as the state-dict type tag.
   virtual const char* name() const = 0;
 
+  /// GradScaler's hook: combines this process's inf/NaN flags (0-d f32 tensors, one per
+  /// gradient device; possibly none) into those the step decision reads. The identity here; an
+  /// optimizer whose ranks each hold part of the gradients (ZeroRedundancyOptimizer under
+  /// ZeRO-2) reduces them over its group, so that every rank skips or takes the step alike.
+  /// Collective for such optimizers: called once per unscale_ on every rank.
+  virtual std::vector<Tensor> combine_found_inf(std::vector<Tensor> found) const { return found; }
+
  protected:
   // ZeroRedundancyOptimizer drives the optimizer it wraps through the hooks below (saving and
   // loading one parameter's state, validating groups) without widening the public interface.

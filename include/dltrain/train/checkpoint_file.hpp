@@ -26,9 +26,11 @@
 // `--signal=USR1@T` before the wall time, SIGTERM on preemption or scancel); without one the
 // signals keep their default action. An empty path makes every call a no-op.
 //
-// Limitation: distributed::ZeroRedundancyOptimizer's state_dict is collective, and only rank 0
-// writes here, so a ZeRO run must save with io::save_checkpoint called on every rank (docs/
-// memory.md).
+// Every rank gathers the state before rank 0 writes it (io::make_checkpoint), so state dicts
+// that are collective work: a distributed::ZeroRedundancyOptimizer's state is consolidated on
+// rank 0 (the single-process optimizer's keys; a resume on any rank count re-shards it). FSDP's
+// sharded model is not supported here (its state is FullyShardedDataParallel's, not the
+// module's): save it as docs/memory.md shows.
 #pragma once
 
 #include <cstdint>
