@@ -6,7 +6,9 @@
 // ZeRO-2 (DDP with shard_gradients = the ZeRO optimizer): the CNN with SyncBatchNorm (SGD
 // momentum) and a transformer encoder (AdamW + StepLR) train like one process, with no_sync
 // accumulation too; each rank keeps exactly its own parameters' gradients, through both the
-// reduce-scattered buckets and the all-reduced single-owner ones.
+// reduce-scattered buckets and the all-reduced single-owner ones. With GradScaler and
+// distributed::clip_grad_norm_ (ZeRO-1 and 2): an overflow in one owner's gradient skips the
+// step on every rank, and the clipped, scaled run equals one process.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

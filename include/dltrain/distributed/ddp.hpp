@@ -99,8 +99,9 @@ struct DDPOptions {
   /// undefined), which is all that optimizer's step() reads. Build the optimizer over the
   /// model's parameters first, on the same group, and keep it alive as long as the DDP object.
   /// Every trainable parameter must be one of the optimizer's. Not with gradient_as_bucket_view
-  /// nor gradient_compression. Gradient clipping and GradScaler's inf check see only this
-  /// rank's shard: they need a reduction over the group that they do not do yet.
+  /// nor gradient_compression. GradScaler's inf check is reduced over the group by the
+  /// optimizer (combine_found_inf); clip with distributed::clip_grad_norm_(optimizer, ...), not
+  /// optim::clip_grad_norm_, which would see only this rank's shard.
   const ZeroRedundancyOptimizer* shard_gradients = nullptr;
 };
 
