@@ -300,6 +300,13 @@ Tensor BatchNorm::forward(const Tensor& x) {
                 shape_str(x.shape()));
   DLTRAIN_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): input has ",
                 x.size(1), " channels (shape ", shape_str(x.shape()), ")");
+  if (folded) {
+    DLTRAIN_CHECK(!is_training(), type_name(), "(", num_features,
+                  "): this layer was folded into the convolution before it (nn::fuse_conv_bn), "
+                  "which is for inference only; call eval(), or train a model loaded from the "
+                  "unfused weights");
+    return x;
+  }
   if (is_training() && sync_stats) return forward_synced(x);
   bool use_batch_stats = is_training() || !options.track_running_stats;
   double factor = options.momentum.value_or(0.0);

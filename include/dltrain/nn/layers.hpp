@@ -132,6 +132,11 @@ class BatchNorm : public Module {
   /// data-parallel ranks and be differentiable; normalisation then uses the global batch's
   /// statistics. distributed::convert_sync_batchnorm and distributed::SyncBatchNorm set it.
   std::function<Tensor(const Tensor&)> sync_stats;
+  /// Set by nn::fuse_conv_bn when this layer's eval transform was folded into the convolution
+  /// before it: forward then returns its input (inference only; training it is refused). Its
+  /// tensors are set to the identity transform too (weight 1, bias 0, mean 0, var 1 - eps), so
+  /// that a reader of the state dict that ignores the flag computes the same thing.
+  bool folded = false;
 
  private:
   Tensor forward_synced(const Tensor& x);
