@@ -31,6 +31,13 @@
 
 namespace dltrain::apps {
 
+/// A flag's number as %g prints it ("0.5", "1e-04"), for the lines that describe a run.
+inline std::string flag_number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
 struct OptimFlags {
   std::string optimizer = "sgd";
   std::string lr_schedule = "onecycle";
@@ -84,7 +91,7 @@ struct OptimFlags {
                               .process_group()
                               .size()) +
            " ranks)";
-    if (warmup_epochs > 0) s += " after a " + cli_number(warmup_epochs) + "-epoch warm-up";
+    if (warmup_epochs > 0) s += " after a " + flag_number(warmup_epochs) + "-epoch warm-up";
     if (no_bn_weight_decay && opt.param_groups().size() > 1)
       s += ", no weight decay on " + std::to_string(opt.param_groups()[1].params.size()) +
            " norm/bias tensors";
@@ -151,13 +158,6 @@ struct OptimFlags {
         opt, std::vector<std::shared_ptr<optim::LRScheduler>>{ramp, after},
         std::vector<int64_t>{warm});
   }
-
- private:
-  static std::string cli_number(double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", v);
-    return b;
-  }
 };
 
 /// --ema DECAY [--ema-warmup] [--ema-every K]: an optim::ModelEMA of the weights, updated after
@@ -183,7 +183,8 @@ struct EmaFlags {
         .value_name("K");
   }
   void check(const cli::Flags& f) const {
-    if (decay > 1) f.fail("--ema must be a decay in [0, 1] (e.g. 0.9999), got " + num(decay));
+    if (decay > 1)
+      f.fail("--ema must be a decay in [0, 1] (e.g. 0.9999), got " + flag_number(decay));
     if (decay == 0 && (f.given("--ema-warmup") || f.given("--ema-every")))
       f.fail("--ema-warmup and --ema-every need --ema DECAY");
   }
@@ -195,15 +196,9 @@ struct EmaFlags {
         model, optim::ModelEMAOptions{.decay = decay, .warmup = warmup, .update_every = every});
   }
   std::string describe() const {
-    return "weights' moving average: decay " + num(decay) + (warmup ? " with warm-up" : "") +
+    return "weights' moving average: decay " + flag_number(decay) +
+           (warmup ? " with warm-up" : "") +
            (every > 1 ? ", every " + std::to_string(every) + " steps" : "");
-  }
-
- private:
-  static std::string num(double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", v);
-    return b;
   }
 };
 
