@@ -19,10 +19,16 @@
 namespace dltrain::cli {
 
 /// The flag groups of --help, in the order of the course's script (dlojz.py): the run's
-/// hyper-parameters, its test mode, the DataLoader, the device and precision, data parallelism,
-/// checkpoints and reports, the profiler. Programs may use other names; these come first.
+/// hyper-parameters, the large-batch and augmentation lessons' flags, its test mode, the
+/// DataLoader, the device and precision, data parallelism, checkpoints and reports, the profiler.
+/// Programs may use other names; these come first.
 namespace group {
 inline constexpr const char* kTraining = "Training (hyper-parameters)";
+/// Day 2 of the course: optimizers and schedules for large global batches.
+inline constexpr const char* kLargeBatch =
+    "Large batches (optimizer, schedule, accumulation, weight averaging)";
+/// Day 3: data augmentation.
+inline constexpr const char* kAugment = "Data augmentation";
 inline constexpr const char* kTest = "Test mode";
 inline constexpr const char* kData = "Data and DataLoader";
 inline constexpr const char* kDevice = "Device and precision";

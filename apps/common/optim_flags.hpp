@@ -50,7 +50,7 @@ struct OptimFlags {
   int64_t zero = 0;
 
   void add_to(cli::Flags& f) {
-    f.group(cli::group::kTraining);
+    f.group(cli::group::kLargeBatch);
     f.add("--optimizer", &optimizer,
           "sgd (momentum), lars (You et al. 2017, MLPerf's ResNet-50) or lamb (You et al. 2019)")
         .choices({"sgd", "lars", "lamb"});
@@ -66,7 +66,7 @@ struct OptimFlags {
   }
   /// --zero, for programs that train data-parallel.
   void add_zero_to(cli::Flags& f) {
-    f.group(cli::group::kTraining);
+    f.group(cli::group::kDistributed);
     f.add("--zero", &zero,
           "ZeRO stage under data parallelism: 1 shards the optimizer state over the ranks "
           "(ZeroRedundancyOptimizer), 2 the gradients too (reduce-scattered); 0: off")
@@ -169,7 +169,7 @@ struct EmaFlags {
   int64_t every = 1;
 
   void add_to(cli::Flags& f) {
-    f.group(cli::group::kTraining);
+    f.group(cli::group::kLargeBatch);
     f.add("--ema", &decay,
           "keep an exponential moving average of the weights with this decay (e.g. 0.9999), "
           "evaluated beside the model each epoch and checkpointed (0: off)")

@@ -28,6 +28,7 @@
 #include <map>
 #include <string>
 
+#include "apps/common/augment_flags.hpp"
 #include "apps/common/example_util.hpp"
 #include "apps/common/optim_flags.hpp"
 #include "apps/common/training.hpp"
@@ -46,8 +47,7 @@ namespace {
 struct Args : CommonFlags {
   std::string arch = "resnet18";
   double wd = 5e-4, mom = 0.9, label_smoothing = 0.1;
-  std::string auto_augment = "none";
-  double random_erasing = 0, mixup = 0, cutmix = 0;
+  AugmentFlags aug;
   OptimFlags optim;
   EmaFlags ema;
 };
@@ -66,18 +66,7 @@ Args parse(int argc, char** argv) {
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
   a.optim.add_to(f);
   a.ema.add_to(f);
-  f.add("--auto-augment", &a.auto_augment,
-        "per-sample policy after crop and flip: trivial (TrivialAugmentWide), rand "
-        "(RandAugment), imagenet (AutoAugment), none")
-      .choices({"none", "trivial", "rand", "imagenet"})
-      .value_name("NAME");
-  f.add("--random-erasing", &a.random_erasing,
-        "RandomErasing probability (boxes erased to the mean; 0: off)")
-      .min(0);
-  f.add("--mixup", &a.mixup, "MixUp alpha on each training batch (0: off)").min(0);
-  f.add("--cutmix", &a.cutmix,
-        "CutMix alpha on each training batch (0: off; with --mixup, one of the two per batch)")
-      .min(0);
+  a.aug.add_to(f, "the CIFAR mean");
   a.add_test(f);
   a.add_data(f, "the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin)").required();
   f.group(cli::group::kDevice);
@@ -88,7 +77,7 @@ Args parse(int argc, char** argv) {
   a.parse(f, argc, argv);
   a.optim.check(f);
   a.ema.check(f);
-  if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
+  a.aug.check(f);
   return a;
 }
 
@@ -211,31 +200,18 @@ int main(int argc, char** argv) {
     amp::GradScaler scaler(a.prec.scaler_options(device));
     Generator aug_gen(a.seed + 1);
     std::vector<std::shared_ptr<const data::Augmentation>> augs;
-    if (a.auto_augment != "none") augs.push_back(data::make_auto_augment(a.auto_augment));
-    if (a.random_erasing > 0) {
+    if (a.aug.auto_augment != "none") augs.push_back(data::make_auto_augment(a.aug.auto_augment));
+    if (a.aug.random_erasing > 0) {
       std::vector<uint8_t> fill;  // the mean: 0 after normalisation, as torchvision's recipe
       for (float m : norm.mean) fill.push_back(static_cast<uint8_t>(std::lround(255.f * m)));
-      augs.push_back(std::make_shared<data::RandomErasing>(a.random_erasing,
+      augs.push_back(std::make_shared<data::RandomErasing>(a.aug.random_erasing,
                                                            std::array<double, 2>{0.02, 0.33},
                                                            std::array<double, 2>{0.3, 3.3}, fill));
     }
     for (const auto& aug : augs) std::printf("augment: %s\n", aug->repr().c_str());
     // --mixup / --cutmix: soft labels from the batch rolled by one (torchvision v2).
-    std::function<data::MixedBatch(const Tensor&, const Tensor&)> mix;
     Generator mix_gen(a.seed + 2);
-    if (a.mixup > 0 && a.cutmix > 0) {
-      auto both = std::make_shared<data::MixUpOrCutMix>(data::MixUp(10, a.mixup),
-                                                        data::CutMix(10, a.cutmix));
-      mix = [both, &mix_gen](const Tensor& x, const Tensor& y) { return (*both)(x, y, &mix_gen); };
-    } else if (a.mixup > 0) {
-      mix = [m = data::MixUp(10, a.mixup), &mix_gen](const Tensor& x, const Tensor& y) {
-        return m(x, y, &mix_gen);
-      };
-    } else if (a.cutmix > 0) {
-      mix = [m = data::CutMix(10, a.cutmix), &mix_gen](const Tensor& x, const Tensor& y) {
-        return m(x, y, &mix_gen);
-      };
-    }
+    const AugmentFlags::Mix mix = a.aug.make_mix(10, mix_gen);
 
     // The report is rewritten at each epoch end, so an interrupted run leaves valid JSON.
     nlohmann::json report = report_header(a, device, scaler);

@@ -71,6 +71,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/augment_flags.hpp"
 #include "apps/common/example_util.hpp"
 #include "apps/common/optim_flags.hpp"
 #include "apps/common/training.hpp"
@@ -96,8 +97,7 @@ struct Args : CommonFlags {
   int64_t checkpoint_every = 0;
   int64_t accumulation_steps = 1;
   int64_t checkpoint_activations = 0;
-  std::string auto_augment = "none";
-  double random_erasing = 0, mixup = 0, cutmix = 0;
+  AugmentFlags aug;
   OptimFlags optim;
   EmaFlags ema;
   std::string recipe = "none";
@@ -147,7 +147,6 @@ Args parse(int argc, char** argv) {
   f.add("--mom", &a.mom, "momentum").min(0);
   f.add("--label-smoothing", &a.label_smoothing, "label smoothing of the cross-entropy").min(0);
   a.optim.add_to(f);
-  a.optim.add_zero_to(f);
   a.ema.add_to(f);
   f.add("--recipe", &a.recipe,
         "mlperf: MLPerf's ResNet-50 recipe (LARS, lr 11, 2 warm-up epochs, poly power 2 to "
@@ -157,19 +156,7 @@ Args parse(int argc, char** argv) {
         "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
         "ranks x batch size x this)")
       .positive();
-  f.add("--auto-augment", &a.auto_augment,
-        "per-sample policy after crop and flip, as torchvision's recipe: trivial "
-        "(TrivialAugmentWide), rand (RandAugment), imagenet (AutoAugment), none")
-      .choices({"none", "trivial", "rand", "imagenet"})
-      .value_name("NAME");
-  f.add("--random-erasing", &a.random_erasing,
-        "RandomErasing probability (boxes erased to the mean, as after torchvision's "
-        "Normalize; 0: off)")
-      .min(0);
-  f.add("--mixup", &a.mixup, "MixUp alpha on each training batch (0: off)").min(0);
-  f.add("--cutmix", &a.cutmix,
-        "CutMix alpha on each training batch (0: off; with --mixup, one of the two per batch)")
-      .min(0);
+  a.aug.add_to(f, "the mean, as after torchvision's Normalize");
   a.add_test(f);
   a.add_data(f, "DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG").required();
   a.add_loader(f);
@@ -180,6 +167,7 @@ Args parse(int argc, char** argv) {
         "activation checkpointing: recompute the stem and the residual blocks in backward, "
         "in N segments (0: off; the number of blocks saves the most memory)")
       .min(0);
+  a.optim.add_zero_to(f);
   a.add_checkpoint(f);
   f.add("--checkpoint-every", &a.checkpoint_every, "also save every N steps (0: epoch ends only)")
       .min(0);
@@ -189,7 +177,7 @@ Args parse(int argc, char** argv) {
   apply_recipe(a, f);
   a.optim.check(f);
   a.ema.check(f);
-  if (a.random_erasing > 1) f.fail("--random-erasing: a probability is at most 1");
+  a.aug.check(f);
   return a;
 }
 
@@ -215,11 +203,11 @@ int main(int argc, char** argv) {
     const fs::path root(args.data);
     data::ImageFolderOptions train_opts;
     train_opts.transform = data::ImagePipeline::train(args.image_size);
-    if (args.auto_augment != "none")
-      train_opts.transform.augment.push_back(data::make_auto_augment(args.auto_augment));
-    if (args.random_erasing > 0)
+    if (args.aug.auto_augment != "none")
+      train_opts.transform.augment.push_back(data::make_auto_augment(args.aug.auto_augment));
+    if (args.aug.random_erasing > 0)
       train_opts.transform.augment.push_back(std::make_shared<data::RandomErasing>(
-          data::RandomErasing::imagenet(args.random_erasing)));
+          data::RandomErasing::imagenet(args.aug.random_erasing)));
     for (const auto& a : train_opts.transform.augment)
       std::printf("augment: %s\n", a->repr().c_str());
     train_opts.seed = args.seed;
@@ -311,30 +299,8 @@ int main(int argc, char** argv) {
     nn::CrossEntropyLoss criterion({.label_smoothing = args.label_smoothing});
     // --mixup / --cutmix: soft labels [N, classes] from the batch rolled by one (torchvision v2;
     // with both, one of the two per batch, as its recipe's RandomChoice), drawn per rank.
-    std::function<data::MixedBatch(const Tensor&, const Tensor&)> mix;
     Generator mix_gen(args.seed * 1000003 + static_cast<uint64_t>(run.rank) + 1);
-    if (args.mixup > 0 || args.cutmix > 0) {
-      const int64_t k = mo.num_classes;
-      if (args.mixup > 0 && args.cutmix > 0) {
-        auto both = std::make_shared<data::MixUpOrCutMix>(data::MixUp(k, args.mixup),
-                                                          data::CutMix(k, args.cutmix));
-        mix = [both, &mix_gen](const Tensor& x, const Tensor& y) {
-          return (*both)(x, y, &mix_gen);
-        };
-      } else if (args.mixup > 0) {
-        mix = [m = data::MixUp(k, args.mixup), &mix_gen](const Tensor& x, const Tensor& y) {
-          return m(x, y, &mix_gen);
-        };
-      } else {
-        mix = [m = data::CutMix(k, args.cutmix), &mix_gen](const Tensor& x, const Tensor& y) {
-          return m(x, y, &mix_gen);
-        };
-      }
-      std::printf("batch mixing: %s\n", args.mixup > 0 && args.cutmix > 0
-                                            ? "MixUp or CutMix (one per batch)"
-                                        : args.mixup > 0 ? "MixUp"
-                                                         : "CutMix");
-    }
+    const AugmentFlags::Mix mix = args.aug.make_mix(mo.num_classes, mix_gen);
     amp::GradScaler scaler(args.prec.scaler_options(device));
     // --zero 2: gradients reduce-scattered to the ranks that own them in the optimizer's
     // partition (ZeRO-2); --zero 1 shards the optimizer state only (the optimizer's business).

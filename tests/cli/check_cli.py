@@ -121,6 +121,12 @@ def flags(programs):
             groups = ["Training (hyper-parameters):", "Test mode:", "Checkpoint and report:"]
             check(all(g in help_text for g in groups) and "[default: " in help_text,
                   f"{name} --help lists the course's groups and the defaults")
+            if "--optimizer" in help_text:  # the large-batch and augmentation lessons' groups
+                lessons = ["Large batches (", "Data augmentation:"]
+                check(all(g in help_text for g in lessons) and
+                      help_text.index(lessons[0]) < help_text.index(lessons[1]) <
+                      help_text.index("Test mode:"),
+                      f"{name} --help groups the large-batch and augmentation flags after training")
             check(rc == 0 and all(f in help_text for f in ("--tensorboard", "--metrics", "--profile",
                                                            "--json")),
                   f"{name} --help lists --metrics, --tensorboard, --profile and --json")
