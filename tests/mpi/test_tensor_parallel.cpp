@@ -325,3 +325,237 @@ TEST_CASE("tensor parallel: sizes not divisible by the group size are refused", 
   RowParallelLinear row(kOut, kIn, g, {.input_is_parallel = true}, kF64);
   CHECK_THROWS_WITH(row(zeros({2, kOut}, kF64)), Catch::Contains("input_is_parallel is set"));
 }
+
+// --- blocks ------------------------------------------------------------------------------------
+
+namespace {
+
+// Sizes of the blocks: heads and features divisible by 2, 3 and 4.
+constexpr int64_t kE = 24, kHeads = 12, kF = 48, kL = 5, kN = 2;
+
+// Norm-wise bound for the blocks with softmax and layer norms, where an element-wise chain
+// is not worth its length: two evaluations that sum each of the T terms of the path (all the
+// reductions a value goes through, one after the other) in other orders differ by at most
+// 2 T u times the magnitude of the terms; the magnitude is taken as max |reference| times a
+// gain G = 64 that covers what the nonlinear stages and cancellation may amplify: softmax
+// (<= 2 in the max norm), the layer norms (|gamma| / sigma, 1 with their default init on
+// unit-variance inputs), the residual adds (2), and sums of random-sign terms whose absolute sum
+// exceeds the result (about sqrt(K) <= 7 for K <= 48), with a factor 2 of margin: 2*1*2*7*2 = 56.
+void check_norm(const char* what, const Tensor& got, const Tensor& want, int64_t terms) {
+  REQUIRE(got.defined());
+  REQUIRE(got.shape() == want.shape());
+  const double scale = max(abs(want)).item<double>();
+  const double bound = 2.0 * static_cast<double>(terms) * kU * scale * 64.0;
+  const double err = max(abs(sub(got, want))).item<double>();
+  if (rank() == 0)
+    std::printf("  %-44s max err %.3g, bound %.3g (ratio %.3g)\n", what, err, bound, err / bound);
+  INFO(what << ": max err " << err << " bound " << bound);
+  CHECK(err <= bound);
+}
+
+// The gathered gradients of a tensor-parallel module against the ordinary one's, by name.
+void check_grads(const nn::Module& tp, const nn::Module& ref, int64_t terms) {
+  const nn::NamedTensors grads = gather_grads(tp), want = ref.named_parameters();
+  REQUIRE(grads.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    REQUIRE(grads[i].first == want[i].first);
+    check_norm((want[i].first + " gradient").c_str(), grads[i].second, want[i].second.grad(),
+               terms);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallel: TensorParallelMLP equals linear1, gelu, linear2", "[mpi][tp]") {
+  ProcessGroup& g = default_group();
+  const int64_t p = g.size();
+  manual_seed(21);
+  nn::Linear l1(kE, kF, true, kF64), l2(kF, kE, true, kF64);
+  manual_seed(21);
+  TensorParallelMLP tp(kE, kF, g, {.activation = "gelu"}, kF64);
+  CHECK(tp.linear1->weight.shape() == Shape{kF / p, kE});
+  // The ordinary pair's state dict under the block's names.
+  StateDict want;
+  want.merge(l1.state_dict(), "linear1.");
+  want.merge(l2.state_dict(), "linear2.");
+  const StateDict full = gather_state_dict(tp);
+  REQUIRE(full.keys() == want.keys());
+  for (const auto& [name, t] : want) CHECK(same(full.at(name), t));
+
+  const Tensor x0 = replicated({kN, kL, kE}, 22), gy = replicated({kN, kL, kE}, 23);
+  Tensor xr = leaf_of(x0), xt = leaf_of(x0);
+  const Tensor yr = l2(gelu(l1(xr)));
+  sum(mul(yr, gy)).backward();
+  const Tensor yt = tp(xt);
+  sum(mul(yt, gy)).backward();
+  // Element-wise: the hidden pre-activation h as a column layer's output (E + 1 terms), gelu
+  // 1.13-Lipschitz with |gelu''| <= 0.8, its own evaluation within 8 u of its value, then
+  // linear2's bound; backward the same chain in reverse (dz = gelu'(h) (gy W2)).
+  Tensor h = linear(x0, l1.weight, l1.bias).detach();
+  h.requires_grad_();
+  const Tensor a = gelu(h);
+  const Tensor dgelu = autograd::grad({sum(a)}, {h})[0];
+  const Tensor da = matmul(gy, l2.weight), dz = mul(da, dgelu);
+  const LinearBounds b1 = linear_bounds(x0, l1.weight, l1.bias, dz, 1 + p);
+  const LinearBounds b2 = linear_bounds(a.detach(), l2.weight, l2.bias, gy, 1 + p);
+  const Tensor ba = add(mul(b1.y, 1.13), mul(abs(a.detach()), 8 * kU));  // error of a
+  const Tensor bdz = add(add(mul(b2.dx, 1.13), mul(mul(b1.y, abs(da)), 0.8)), mul(abs(dz), 8 * kU));
+  if (g.rank() == 0) std::printf("TensorParallelMLP on %lld ranks\n", static_cast<long long>(p));
+  check_within("forward", yt, yr.detach(), add(b2.y, linear(ba, abs(l2.weight))));
+  check_within("input gradient", xt.grad(), xr.grad(), add(b1.dx, matmul(bdz, abs(l1.weight))));
+  const nn::NamedTensors grads = gather_grads(tp);
+  const int64_t rows = kN * kL;
+  check_within("linear1.weight gradient", grad_named(grads, "linear1.weight"), l1.weight.grad(),
+               add(b1.dw, matmul(bdz.reshape({rows, kF}).t(), abs(x0).reshape({rows, kE}))));
+  check_within("linear1.bias gradient", grad_named(grads, "linear1.bias"), l1.bias.grad(),
+               add(b1.db, sum(bdz.reshape({rows, kF}), {0})));
+  check_within("linear2.weight gradient", grad_named(grads, "linear2.weight"), l2.weight.grad(),
+               add(b2.dw, matmul(abs(gy).reshape({rows, kE}).t(), ba.reshape({rows, kF}))));
+  check_within("linear2.bias gradient", grad_named(grads, "linear2.bias"), l2.bias.grad(), b2.db);
+
+  CHECK_THROWS_WITH(TensorParallelMLP(kE, 4 * 3 + 1, g, {}, kF64),
+                    Catch::Contains("TensorParallelMLP: hidden_features (13) must be divisible"));
+}
+
+TEST_CASE("tensor parallel: TensorParallelMultiheadAttention equals nn::MultiheadAttention",
+          "[mpi][tp]") {
+  ProcessGroup& g = default_group();
+  const int64_t p = g.size(), r = g.rank();
+  struct Case {
+    const char* name;
+    nn::MultiheadAttentionOptions options;
+    bool cross, masks, average;
+  };
+  const Case cases[] = {
+      {"self-attention, seq first, masks, mean weights", {}, false, true, true},
+      {"self-attention, batch first, per-head weights", {.batch_first = true}, false, false, false},
+      {"cross-attention, kdim/vdim, masks, no bias",
+       {.bias = false, .kdim = 8, .vdim = 12, .batch_first = true},
+       true,
+       true,
+       false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    if (r == 0)
+      std::printf("TensorParallelMultiheadAttention on %lld ranks: %s\n", static_cast<long long>(p),
+                  c.name);
+    manual_seed(31);
+    nn::MultiheadAttention ref(kE, kHeads, c.options, kF64);
+    manual_seed(31);
+    TensorParallelMultiheadAttention tp(kE, kHeads, g, c.options, kF64);
+    CHECK(tp.heads_per_rank == kHeads / p);
+    const StateDict full = gather_state_dict(tp), want = ref.state_dict();
+    REQUIRE(full.keys() == want.keys());
+    for (const auto& [name, t] : want) {
+      INFO(name);
+      CHECK(same(full.at(name), t));
+    }
+    const bool bf = c.options.batch_first;
+    const int64_t S = c.cross ? 7 : kL;
+    auto shape = [&](int64_t len, int64_t feat) {
+      return bf ? Shape{kN, len, feat} : Shape{len, kN, feat};
+    };
+    const Tensor q0 = replicated(shape(kL, kE), 32);
+    const Tensor k0 = c.cross ? replicated(shape(S, ref.kdim), 33) : q0;
+    const Tensor v0 = c.cross ? replicated(shape(S, ref.vdim), 34) : q0;
+    Tensor kpm, am;
+    if (c.masks) {
+      // Key 1 of batch 1 padded; per-head float masks (a different one per head, so that
+      // taking another rank's heads would show).
+      kpm = zeros({kN, S}, DType::b8);
+      kpm.narrow(0, 1, 1).narrow(1, 1, 1).fill_(1.0);
+      am = mul(replicated({kN * kHeads, kL, S}, 35), 0.5);
+    }
+    auto run = [&](auto& m, bool leaf_k) {
+      Tensor q = leaf_of(q0), k = leaf_k ? leaf_of(k0) : q, v = leaf_k ? leaf_of(v0) : q;
+      auto [out, w] = m(q, k, v, kpm, true, am, c.average);
+      const Tensor gy = replicated(out.shape(), 36), gw = replicated(w.shape(), 37);
+      add(sum(mul(out, gy)), sum(mul(w, gw))).backward();
+      return std::vector<Tensor>{out.detach(), w.detach(), q.grad(), leaf_k ? k.grad() : Tensor(),
+                                 leaf_k ? v.grad() : Tensor()};
+    };
+    ref.zero_grad();
+    const std::vector<Tensor> want_v = run(ref, c.cross);
+    const std::vector<Tensor> got_v = run(tp, c.cross);
+    // The path: projection (E + 1), scores (D), softmax (S), weights times values (S),
+    // out_proj (E + p + 1); backward goes through it once more.
+    const int64_t T = kE + 1 + kE / kHeads + 2 * S + kE + p + 1;
+    check_norm("output", got_v[0], want_v[0], T);
+    check_norm("attention weights", got_v[1], want_v[1], T);
+    check_norm("query gradient", got_v[2], want_v[2], 2 * T);
+    if (c.cross) {
+      check_norm("key gradient", got_v[3], want_v[3], 2 * T);
+      check_norm("value gradient", got_v[4], want_v[4], 2 * T);
+    }
+    check_grads(tp, ref, 2 * T);
+  }
+  CHECK_THROWS_WITH(TensorParallelMultiheadAttention(26, 13, g, {}, kF64),
+                    Catch::Contains("num_heads (13) must be divisible by the tensor-parallel"));
+}
+
+TEST_CASE("tensor parallel: TensorParallelTransformerEncoderLayer equals the ordinary layer",
+          "[mpi][tp]") {
+  ProcessGroup& g = default_group();
+  const int64_t p = g.size();
+  for (const bool norm_first : {false, true}) {
+    const nn::TransformerEncoderLayerOptions o{.dim_feedforward = kF,
+                                               .dropout = 0.0,
+                                               .activation = norm_first ? "gelu" : "relu",
+                                               .batch_first = true,
+                                               .norm_first = norm_first};
+    INFO("norm_first " << norm_first);
+    if (g.rank() == 0)
+      std::printf("TensorParallelTransformerEncoderLayer on %lld ranks, norm_first %d\n",
+                  static_cast<long long>(p), norm_first);
+    manual_seed(41);
+    nn::TransformerEncoderLayer ref(kE, kHeads, o, kF64);
+    manual_seed(41);
+    TensorParallelTransformerEncoderLayer tp(kE, kHeads, g, o, kF64);
+    const StateDict full = gather_state_dict(tp), want = ref.state_dict();
+    REQUIRE(full.keys() == want.keys());
+    for (const auto& [name, t] : want) {
+      INFO(name);
+      CHECK(same(full.at(name), t));
+    }
+    const Tensor x0 = replicated({kN, kL, kE}, 42), gy = replicated({kN, kL, kE}, 43);
+    const Tensor causal = nn::generate_square_subsequent_mask(kL, kF64);
+    Tensor kpm = zeros({kN, kL}, DType::b8);
+    kpm.narrow(0, 0, 1).narrow(1, kL - 1, 1).fill_(1.0);
+    Tensor xr = leaf_of(x0), xt = leaf_of(x0);
+    ref.zero_grad();
+    const Tensor yr = ref(xr, causal, kpm);
+    sum(mul(yr, gy)).backward();
+    const Tensor yt = tp(xt, causal, kpm);
+    sum(mul(yt, gy)).backward();
+    // Attention's path, a layer norm (2 E: mean and variance), the feed-forward (E + 1,
+    // F + p + 1), the second layer norm; backward once more.
+    const int64_t T =
+        (kE + 1 + 2 + 2 * kL + kE + p + 1) + 2 * kE + (kE + 1) + (kF + p + 1) + 2 * kE;
+    check_norm("forward", yt, yr.detach(), T);
+    check_norm("input gradient", xt.grad(), xr.grad(), 2 * T);
+    check_grads(tp, ref, 2 * T);
+
+    // Round trips: the gathered state into a single process gives the same outputs (equal
+    // weights: equal results); another ordinary layer's state into the tensor-parallel one.
+    manual_seed(1000);
+    nn::TransformerEncoderLayer single(kE, kHeads, o, kF64);
+    single.load_state_dict(full);
+    CHECK(same(single(x0, causal, kpm), ref(x0, causal, kpm).detach()));
+    manual_seed(1001);
+    nn::TransformerEncoderLayer other(kE, kHeads, o, kF64);
+    load_full_state_dict(tp, other.state_dict());
+    for (const auto& [name, t] : gather_state_dict(tp)) {
+      INFO(name);
+      CHECK(same(t, other.state_dict().at(name)));
+    }
+    NoGradGuard ng;
+    check_norm("forward after loading another state", tp(x0, causal, kpm), other(x0, causal, kpm),
+               T);
+  }
+  CHECK_THROWS_WITH(
+      TensorParallelTransformerEncoderLayer(kE, kHeads, g, {.dim_feedforward = 13}, kF64),
+      Catch::Contains("dim_feedforward (13) must be divisible by the tensor-parallel group size"));
+  CHECK_THROWS_WITH(TensorParallelTransformerEncoderLayer(26, 13, g, {}, kF64),
+                    Catch::Contains("nhead (13) must be divisible"));
+}

@@ -167,6 +167,117 @@ class RowParallelLinear : public TensorParallelModule {
   Tensor weight, bias;
 };
 
+// --- blocks ------------------------------------------------------------------------------
+
+struct TensorParallelMLPOptions {
+  /// Output features; 0 = in_features.
+  int64_t out_features = 0;
+  /// "relu" or "gelu" (exact).
+  std::string activation = "relu";
+  bool bias = true;
+  /// Dropout on the hidden activation (inside the parallel region: see the file comment).
+  double dropout = 0.0;
+};
+
+/// linear2(dropout(activation(linear1(x)))) with linear1 column-parallel (no gather) and
+/// linear2 row-parallel (input_is_parallel): hidden_features split over the group, one
+/// all-reduce forward, one backward. Children linear1, dropout, linear2, the feed-forward of
+/// nn::TransformerEncoderLayer. Input and output replicated.
+class TensorParallelMLP : public nn::Module {
+ public:
+  /// Built as nn::Linear(in, hidden) then nn::Linear(hidden, out) from the generator.
+  TensorParallelMLP(int64_t in_features, int64_t hidden_features, ProcessGroup& group,
+                    const TensorParallelMLPOptions& options = {},
+                    TensorOptions opts = TensorOptions());
+  /// Slices of two ordinary layers (linear1.out_features == linear2.in_features);
+  /// options.out_features and options.bias are theirs.
+  TensorParallelMLP(const nn::Linear& linear1, const nn::Linear& linear2, ProcessGroup& group,
+                    const TensorParallelMLPOptions& options = {});
+  Tensor forward(const Tensor& x) override;
+
+  TensorParallelMLPOptions options;
+  std::shared_ptr<ColumnParallelLinear> linear1;
+  std::shared_ptr<nn::Dropout> dropout;
+  std::shared_ptr<RowParallelLinear> linear2;
+
+ private:
+  void init_from(const nn::Linear& linear1, const nn::Linear& linear2, ProcessGroup& group);
+};
+
+/// nn::MultiheadAttention with its heads split over the group: rank r computes heads
+/// [r * H/p, (r + 1) * H/p). in_proj_weight [3E/p, E] (q, k and v rows of those heads; or
+/// q/k/v_proj_weight [E/p, E|kdim|vdim]) and in_proj_bias [3E/p] are column-parallel,
+/// out_proj a RowParallelLinear (input_is_parallel). forward takes and returns what the
+/// ordinary module does (replicated), masks included; the attention weights are gathered
+/// (averaged over all heads, or all heads). Errors: num_heads not divisible by the group size,
+/// and the ordinary module's.
+class TensorParallelMultiheadAttention : public TensorParallelModule {
+ public:
+  /// Built from the generator as nn::MultiheadAttention(embed_dim, num_heads, options, opts).
+  TensorParallelMultiheadAttention(int64_t embed_dim, int64_t num_heads, ProcessGroup& group,
+                                   const nn::MultiheadAttentionOptions& options = {},
+                                   TensorOptions opts = TensorOptions());
+  /// This rank's heads of `full` (copies).
+  TensorParallelMultiheadAttention(const nn::MultiheadAttention& full, ProcessGroup& group);
+
+  using nn::Module::forward;
+  /// As nn::MultiheadAttention::forward.
+  std::pair<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& key_padding_mask = Tensor(),
+                                    bool need_weights = true, const Tensor& attn_mask = Tensor(),
+                                    bool average_attn_weights = true, bool is_causal = false);
+  std::pair<Tensor, Tensor> operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                                       const Tensor& key_padding_mask = Tensor(),
+                                       bool need_weights = true, const Tensor& attn_mask = Tensor(),
+                                       bool average_attn_weights = true, bool is_causal = false) {
+    return forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+                   average_attn_weights, is_causal);
+  }
+
+  int64_t embed_dim, num_heads, head_dim, kdim, vdim, heads_per_rank;
+  nn::MultiheadAttentionOptions options;
+  Tensor in_proj_weight;
+  Tensor q_proj_weight, k_proj_weight, v_proj_weight;
+  Tensor in_proj_bias;
+  std::shared_ptr<RowParallelLinear> out_proj;
+};
+
+/// nn::TransformerEncoderLayer with self_attn a TensorParallelMultiheadAttention and the
+/// feed-forward linear1 column-parallel, linear2 row-parallel; norms and dropouts as the
+/// ordinary layer (replicated). Same children and names, so gather_state_dict gives the
+/// ordinary layer's state dict. Two all-reduces forward (attention, feed-forward), two
+/// backward. Errors: nhead or dim_feedforward not divisible by the group size, and the
+/// ordinary layer's.
+class TensorParallelTransformerEncoderLayer : public nn::Module {
+ public:
+  /// Built from the generator as nn::TransformerEncoderLayer(d_model, nhead, options, opts).
+  TensorParallelTransformerEncoderLayer(int64_t d_model, int64_t nhead, ProcessGroup& group,
+                                        const nn::TransformerEncoderLayerOptions& options = {},
+                                        TensorOptions opts = TensorOptions());
+  /// This rank's slices of `full` (copies; the norms copied whole).
+  TensorParallelTransformerEncoderLayer(const nn::TransformerEncoderLayer& full,
+                                        ProcessGroup& group);
+  /// As nn::TransformerEncoderLayer::forward.
+  Tensor forward(const Tensor& src, const Tensor& src_mask,
+                 const Tensor& src_key_padding_mask = Tensor(), bool is_causal = false);
+  Tensor forward(const Tensor& src) override { return forward(src, Tensor()); }
+  Tensor operator()(const Tensor& src, const Tensor& src_mask = Tensor(),
+                    const Tensor& src_key_padding_mask = Tensor(), bool is_causal = false) {
+    return forward(src, src_mask, src_key_padding_mask, is_causal);
+  }
+
+  int64_t d_model, nhead;
+  nn::TransformerEncoderLayerOptions options;
+  std::shared_ptr<TensorParallelMultiheadAttention> self_attn;
+  std::shared_ptr<ColumnParallelLinear> linear1;
+  std::shared_ptr<RowParallelLinear> linear2;
+  std::shared_ptr<nn::Dropout> dropout, dropout1, dropout2;
+  std::shared_ptr<nn::LayerNorm> norm1, norm2;
+
+ private:
+  void init_from(const nn::TransformerEncoderLayer& full, ProcessGroup& group);
+};
+
 }  // namespace dltrain::distributed
 
 namespace dltrain::nn {
@@ -176,4 +287,8 @@ using distributed::ColumnParallelLinear;
 using distributed::ColumnParallelLinearOptions;
 using distributed::RowParallelLinear;
 using distributed::RowParallelLinearOptions;
+using distributed::TensorParallelMLP;
+using distributed::TensorParallelMLPOptions;
+using distributed::TensorParallelMultiheadAttention;
+using distributed::TensorParallelTransformerEncoderLayer;
 }  // namespace dltrain::nn
