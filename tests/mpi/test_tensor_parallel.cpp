@@ -538,9 +538,15 @@ TEST_CASE("tensor parallel: TensorParallelTransformerEncoderLayer equals the ord
 
     // Round trips: the gathered state into a single process gives the same outputs (equal
     // weights: equal results); another ordinary layer's state into the tensor-parallel one.
+    // Through a file, as a single process (or PyTorch's safetensors) would read it: rank 0
+    // writes the gathered state, every rank loads it into an ordinary layer.
+    const std::string path = "tp_encoder_layer_np" + std::to_string(p) + ".safetensors";
+    on_main_process([&] { io::save_safetensors(path, full); });
     manual_seed(1000);
     nn::TransformerEncoderLayer single(kE, kHeads, o, kF64);
-    single.load_state_dict(full);
+    single.load_state_dict(io::load_safetensors(path));
+    barrier();
+    on_main_process([&] { std::remove(path.c_str()); });
     CHECK(same(single(x0, causal, kpm), ref(x0, causal, kpm).detach()));
     manual_seed(1001);
     nn::TransformerEncoderLayer other(kE, kHeads, o, kF64);
