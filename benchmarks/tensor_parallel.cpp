@@ -11,7 +11,8 @@
 // (each round: single, single all threads, all-reduce, tensor parallel), the first round is
 // untimed, and each figure is the median over the rounds (the maximum over ranks). The block is
 // f32; parameter bytes are per rank. The expected step time of the tensor-parallel block is
-// single / p + 2 all-reduces; the table prints both.
+// single / p + 2 all-reduces; the table prints both. PyTorch's side (DTensor on gloo, the same
+// rounds): benchmarks/peers/pytorch_tensor_parallel.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
