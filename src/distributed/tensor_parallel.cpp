@@ -14,6 +14,8 @@
 #include "dltrain/distributed/tensor_parallel.hpp"
 
 #include <map>
+#include <memory>
+#include <mutex>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/error.hpp"
@@ -121,6 +123,41 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group) 
       },
       autograd::HigherOrder::Supported);
   return out;
+}
+
+// --- the in-region generator --------------------------------------------------------------
+
+namespace {
+
+struct RegionGenerator {
+  std::mutex mutex;
+  std::unique_ptr<Generator> gen;
+};
+
+RegionGenerator& region_generator() {
+  static RegionGenerator r;
+  return r;
+}
+
+// Apart from the default generator's stream whatever the seeds (Megatron's offset).
+constexpr uint64_t kRegionSeedOffset = 2718;
+
+}  // namespace
+
+Generator& tensor_parallel_generator(const ProcessGroup& group) {
+  RegionGenerator& r = region_generator();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.gen)
+    r.gen = std::make_unique<Generator>(default_generator().seed() + kRegionSeedOffset +
+                                        static_cast<uint64_t>(group.rank()));
+  return *r.gen;
+}
+
+void manual_seed_tensor_parallel(uint64_t seed, const ProcessGroup& group) {
+  RegionGenerator& r = region_generator();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.gen =
+      std::make_unique<Generator>(seed + kRegionSeedOffset + static_cast<uint64_t>(group.rank()));
 }
 
 // --- TensorParallelModule ------------------------------------------------------------------

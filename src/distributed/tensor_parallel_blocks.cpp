@@ -9,6 +9,8 @@
 // (src/nn/attention_mask.hpp), then a per-head mask keeps this rank's heads. Every block built
 // from a seed builds the ordinary module(s) first, in the ordinary constructor's order, and
 // takes its slices, so the generator advances exactly as it would for the ordinary model.
+// Dropout inside the region draws from tensor_parallel_generator (a mask per shard), outside
+// from the default generator (the same on every rank).
 #include <tuple>
 
 #include "dltrain/autograd/node.hpp"
@@ -16,6 +18,7 @@
 #include "dltrain/ops/attention.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/linalg.hpp"
+#include "dltrain/ops/loss.hpp"
 #include "dltrain/ops/reduction.hpp"
 #include "dltrain/ops/shape.hpp"
 #include "src/nn/attention_mask.hpp"
@@ -88,7 +91,9 @@ void TensorParallelMLP::init_from(const nn::Linear& l1, const nn::Linear& l2, Pr
 }
 
 Tensor TensorParallelMLP::forward(const Tensor& x) {
-  return linear2->forward(dropout->forward(activate(options.activation, linear1->forward(x))));
+  const Tensor a = activate(options.activation, linear1->forward(x));
+  return linear2->forward(
+      dltrain::dropout(a, dropout->p, is_training(), &tensor_parallel_generator(linear1->group())));
 }
 
 // --- TensorParallelMultiheadAttention ------------------------------------------------------------
@@ -216,10 +221,12 @@ std::pair<Tensor, Tensor> TensorParallelMultiheadAttention::forward(
 
   const double p = is_training() ? options.dropout : 0.0;
   Tensor oh, w;
+  Generator* gen = p > 0.0 ? &tensor_parallel_generator(group()) : nullptr;
   if (need_weights)
-    std::tie(oh, w) = scaled_dot_product_attention_with_weights(qh, kh, vh, mask, p);
+    std::tie(oh, w) =
+        scaled_dot_product_attention_with_weights(qh, kh, vh, mask, p, false, std::nullopt, gen);
   else
-    oh = scaled_dot_product_attention(qh, kh, vh, mask, p);
+    oh = scaled_dot_product_attention(qh, kh, vh, mask, p, false, std::nullopt, gen);
   // [N, Hl, L, D] -> the input's layout, this rank's heads concatenated; out_proj sums the ranks.
   const Tensor o = bf && batched ? oh.permute({0, 2, 1, 3}).reshape({N, L, El})
                                  : oh.permute({2, 0, 1, 3}).reshape({L, N, El});
@@ -298,7 +305,10 @@ Tensor TensorParallelTransformerEncoderLayer::forward(const Tensor& src, const T
   };
   auto ff = [&](const Tensor& x) {
     const Tensor a = activate(options.activation, linear1->forward(x));
-    return dropout2->forward(linear2->forward(dropout->forward(a)));
+    // In the region: this rank's generator (dropout1 / dropout2 act on replicated tensors).
+    const Tensor d = dltrain::dropout(a, dropout->p, is_training(),
+                                      &tensor_parallel_generator(linear1->group()));
+    return dropout2->forward(linear2->forward(d));
   };
   if (options.norm_first) {
     const Tensor x = add(src, sa(norm1->forward(src)));

@@ -611,3 +611,34 @@ TEST_CASE("tensor parallel: two encoder layers train like one process for 10 SGD
                 g.size(), rel);
   CHECK(rel < 1e-12);
 }
+
+TEST_CASE("tensor parallel: dropout draws a mask per shard inside the region, one outside",
+          "[mpi][tp]") {
+  ProcessGroup& g = default_group();
+  const int64_t p = g.size(), Hl = kHeads / p;
+  manual_seed(71);
+  manual_seed_tensor_parallel(71, g);
+  TensorParallelMultiheadAttention tp(kE, kHeads, g, {.dropout = 0.5, .batch_first = true}, kF64);
+  tp.train();
+  const Tensor x = replicated({kN, kL, kE}, 72);
+  Tensor w;
+  {
+    NoGradGuard ng;
+    w = tp(x, x, x, Tensor(), true, Tensor(), /*average_attn_weights=*/false).second;
+  }
+  // [N, H, L, S] after dropout: a dropped weight is exactly 0. The first head of each rank
+  // has its own pattern (one shared generator would give every rank's heads the same one).
+  const Tensor dropped = eq(w, 0.0).to(DType::f64);
+  const double kept = 1.0 - mean(dropped).item<double>();
+  CHECK(kept > 0.3);
+  CHECK(kept < 0.7);
+  for (int64_t q = 1; q < p; ++q) {
+    const Tensor a = dropped.narrow(1, 0, 1), b = dropped.narrow(1, q * Hl, 1);
+    CHECK(max(abs(sub(a, b))).item<double>() == 1.0);
+  }
+  // The default generator stays the same on every rank (replicated dropouts agree).
+  const Tensor draw = randn({4}, DType::f64);
+  Tensor all = empty({p * 4}, kF64);
+  g.all_gather(all, draw).wait();
+  for (int64_t q = 1; q < p; ++q) CHECK(same(all.narrow(0, q * 4, 4), draw));
+}

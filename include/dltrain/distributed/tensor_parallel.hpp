@@ -24,8 +24,11 @@
 // rank, load_full_state_dict takes them back, so weights move between a tensor-parallel model,
 // a single process and PyTorch.
 //
-// Not equivalent to one process: dropout inside the parallel region (attention weights, the
-// MLP's hidden activation) draws its mask per shard from the same generator on every rank.
+// Dropout inside the parallel region (attention weights, the MLP's hidden activation) draws
+// from tensor_parallel_generator(), seeded differently on each rank, so the shards of a layer
+// get independent masks (Megatron's model-parallel generator); dropout on replicated tensors
+// draws from the default generator, identical on every rank, so they stay replicated. With
+// dropout the masks therefore differ from one process's: equivalence holds without dropout.
 // Every collective is issued in the same order on every rank of the group (forward in module
 // order, backward in the engine's order, which is the same graph on every rank).
 #pragma once
@@ -36,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "dltrain/core/generator.hpp"
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/core/tensor.hpp"
 #include "dltrain/distributed/process_group.hpp"
@@ -60,6 +64,14 @@ Tensor scatter_to_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
 /// Concatenates every rank's `x` along the last dim (rank r's at block r); backward keeps this
 /// rank's block of the gradient.
 Tensor gather_from_tensor_parallel_region(const Tensor& x, ProcessGroup& group);
+
+/// The generator of the dropouts inside tensor-parallel regions: one per process, seeded with
+/// seed + 2718 + group.rank() so that every rank draws its own masks. manual_seed_tensor_parallel
+/// seeds it (call it on every rank with the same seed, beside manual_seed); otherwise it is
+/// seeded on first use from default_generator().seed(). Not saved in checkpoints: a resumed run
+/// draws other in-region dropout masks than an uninterrupted one.
+Generator& tensor_parallel_generator(const ProcessGroup& group);
+void manual_seed_tensor_parallel(uint64_t seed, const ProcessGroup& group);
 
 // --- the base of the tensor-parallel modules ----------------------------------------------------
 
@@ -175,7 +187,7 @@ struct TensorParallelMLPOptions {
   /// "relu" or "gelu" (exact).
   std::string activation = "relu";
   bool bias = true;
-  /// Dropout on the hidden activation (inside the parallel region: see the file comment).
+  /// Dropout on the hidden activation (inside the parallel region: tensor_parallel_generator).
   double dropout = 0.0;
 };
 
