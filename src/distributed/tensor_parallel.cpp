@@ -13,6 +13,8 @@
 // slice_shard takes index r. Both view the other dims as one leading and one trailing axis.
 #include "dltrain/distributed/tensor_parallel.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include "dltrain/core/error.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/linalg.hpp"
+#include "dltrain/ops/reduction.hpp"
 
 namespace dltrain::distributed {
 
@@ -304,6 +307,48 @@ nn::NamedTensors gather_grads(const nn::Module& module) {
     out.emplace_back(name, it->second.first->gather_shard(it->second.second, g));
   }
   return out;
+}
+
+double clip_grad_norm_tensor_parallel_(const nn::Module& module, double max_norm) {
+  DLTRAIN_CHECK(max_norm >= 0.0, "clip_grad_norm_tensor_parallel_: max_norm must be >= 0 but is ",
+                max_norm);
+  const auto sharded = sharded_params(module);
+  NoGradGuard ng;
+  // Squares of the sharded gradients, per group in order of first appearance (the same order
+  // on every rank), summed over each group; the replicated ones as they are.
+  std::vector<std::pair<ProcessGroup*, double>> per_group;
+  double replicated = 0.0;
+  std::vector<Tensor> grads;
+  for (const auto& [name, t] : module.named_parameters()) {
+    const Tensor g = t.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    const Tensor g64 = g.to(DType::f64);
+    const double sq = sum(mul(g64, g64)).item<double>();
+    auto it = sharded.find(name);
+    if (it == sharded.end()) {
+      replicated += sq;
+      continue;
+    }
+    ProcessGroup* pg = &it->second.first->group();
+    auto at = std::find_if(per_group.begin(), per_group.end(),
+                           [pg](const auto& e) { return e.first == pg; });
+    if (at == per_group.end())
+      per_group.emplace_back(pg, sq);
+    else
+      at->second += sq;
+  }
+  double total = replicated;
+  for (const auto& [pg, sq] : per_group) {
+    Tensor v = full({1}, sq, TensorOptions(DType::f64).with_device(pg->tensor_device()));
+    pg->all_reduce(v).wait();
+    total += v.to(Device::cpu()).item<double>();
+  }
+  const double norm = std::sqrt(total);
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (Tensor g : grads) mul_(g, coef);
+  return norm;
 }
 
 // --- ColumnParallelLinear --------------------------------------------------------------------

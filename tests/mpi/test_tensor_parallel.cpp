@@ -642,3 +642,33 @@ TEST_CASE("tensor parallel: dropout draws a mask per shard inside the region, on
   g.all_gather(all, draw).wait();
   for (int64_t q = 1; q < p; ++q) CHECK(same(all.narrow(0, q * 4, 4), draw));
 }
+
+TEST_CASE("tensor parallel: clip_grad_norm_tensor_parallel_ equals clip_grad_norm_ of the model",
+          "[mpi][tp]") {
+  ProcessGroup& g = default_group();
+  const nn::TransformerEncoderLayerOptions o{.dim_feedforward = kF, .dropout = 0.0};
+  manual_seed(91);
+  nn::TransformerEncoderLayer ref(kE, kHeads, o, kF64);
+  manual_seed(91);
+  TensorParallelTransformerEncoderLayer tp(kE, kHeads, g, o, kF64);
+  const Tensor x = replicated({kL, kN, kE}, 92), y = replicated({kL, kN, kE}, 93);
+  mse_loss(ref(x), y).backward();
+  mse_loss(tp(x), y).backward();
+  const double want = optim::clip_grad_norm_(ref.parameters(), 0.01).item<double>();
+  const double got = clip_grad_norm_tensor_parallel_(tp, 0.01);
+  // The norm squared sums the P parameters' squares (positive terms: two orders differ by
+  // 2 P u relative) of gradients that differ by the encoder test's bound (2 T' u max|g| x 64,
+  // T' = 2 T the backward path; relative to the norm it is at most that).
+  const int64_t T = (kE + 1 + 2 + 2 * kL + kE + 2 + 1) + 2 * kE + (kE + 1) + (kF + 5) + 2 * kE;
+  const double P = static_cast<double>(ref.num_parameters());
+  const double rel = 2 * P * kU + 2.0 * 2 * static_cast<double>(T) * kU * 64;
+  INFO("norm " << got << " against " << want << ", relative bound " << rel);
+  CHECK(std::abs(got - want) <= rel * want);
+  CHECK(want > 0.01);  // the gradients were clipped
+  // The clipped gradients, gathered, are the ordinary ones clipped (the same bound, with the
+  // coefficient's own error: P more terms).
+  const nn::NamedTensors grads = gather_grads(tp), ref_grads = ref.named_parameters();
+  for (size_t i = 0; i < ref_grads.size(); ++i)
+    check_norm((ref_grads[i].first + " clipped gradient").c_str(), grads[i].second,
+               ref_grads[i].second.grad(), 2 * T + static_cast<int64_t>(P));
+}

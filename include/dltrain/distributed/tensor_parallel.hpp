@@ -121,6 +121,13 @@ nn::LoadResult load_full_state_dict(nn::Module& module, const StateDict& full, b
 /// Collective like gather_state_dict.
 nn::NamedTensors gather_grads(const nn::Module& module);
 
+/// clip_grad_norm_ (2-norm) for a model with tensor-parallel modules: the norm of the ordinary
+/// model's gradients (each sharded parameter's squares summed over its group, replicated ones
+/// counted once), then every gradient scaled by min(1, max_norm / (norm + 1e-6)). Returns the
+/// norm, the same on every rank. Collective over the groups of the tensor-parallel modules in
+/// `module`. Parameters without a gradient are skipped (every rank must agree on which).
+double clip_grad_norm_tensor_parallel_(const nn::Module& module, double max_norm);
+
 // --- linear layers ---------------------------------------------------------------------
 
 struct ColumnParallelLinearOptions {
