@@ -32,6 +32,7 @@
 #include "dltrain/distributed/env.hpp"
 #include "dltrain/distributed/fsdp.hpp"
 #include "dltrain/distributed/process_group.hpp"
+#include "dltrain/distributed/tensor_parallel.hpp"
 #include "dltrain/distributed/zero.hpp"
 #include "dltrain/io/checkpoint.hpp"
 #include "dltrain/io/file_format.hpp"

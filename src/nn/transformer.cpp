@@ -20,6 +20,7 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/linalg.hpp"
 #include "dltrain/ops/reduction.hpp"
+#include "src/nn/attention_mask.hpp"
 
 namespace dltrain::nn {
 
@@ -39,6 +40,62 @@ void check_mask_dtype(const char* op, const Tensor& m, const char* name) {
 }
 
 }  // namespace
+
+namespace detail {
+
+Tensor merge_attention_masks(const char* op, const Tensor& attn_mask,
+                             const Tensor& key_padding_mask, bool is_causal, bool batched,
+                             int64_t N, int64_t H, int64_t L, int64_t S,
+                             const TensorOptions& scores) {
+  Tensor blocked, additive;
+  auto merge = [&](const Tensor& m) {
+    if (m.dtype() == DType::b8) {
+      blocked = blocked.defined() ? logical_or(blocked, m) : m;
+    } else {
+      const Tensor f = m.dtype() == scores.dtype ? m : m.to(scores.dtype);
+      additive = additive.defined() ? add(additive, f) : f;
+    }
+  };
+  if (attn_mask.defined()) {
+    check_mask_dtype(op, attn_mask, "attn_mask");
+    if (attn_mask.dim() == 2) {
+      DLTRAIN_CHECK(attn_mask.size(0) == L && attn_mask.size(1) == S, op, ": the 2-d attn_mask ",
+                    shape_str(attn_mask.shape()), " must be [L, S] = [", L, ", ", S,
+                    "] (query length, key length)");
+      merge(attn_mask);
+    } else {
+      const int64_t B = batched ? N * H : H;
+      DLTRAIN_CHECK(attn_mask.dim() == 3 && attn_mask.size(0) == B && attn_mask.size(1) == L &&
+                        attn_mask.size(2) == S,
+                    op, ": attn_mask ", shape_str(attn_mask.shape()), " must be [L, S] = [", L,
+                    ", ", S, "] or ",
+                    batched ? "[N * num_heads, L, S] = [" : "[num_heads, L, S] = [", B, ", ", L,
+                    ", ", S, "]");
+      merge(attn_mask.reshape({batched ? N : 1, H, L, S}));
+    }
+  }
+  if (key_padding_mask.defined()) {
+    check_mask_dtype(op, key_padding_mask, "key_padding_mask");
+    const bool ok = batched ? key_padding_mask.dim() == 2 && key_padding_mask.size(0) == N &&
+                                  key_padding_mask.size(1) == S
+                            : key_padding_mask.dim() == 1 && key_padding_mask.size(0) == S;
+    DLTRAIN_CHECK(ok, op, ": key_padding_mask ", shape_str(key_padding_mask.shape()), " must be ",
+                  batched ? "[N, S] = [" : "[S] = [", batched ? N : S,
+                  batched ? ", " + std::to_string(S) : std::string(), "] (batch size, key length)");
+    merge(key_padding_mask.reshape({batched ? N : 1, 1, 1, S}));
+  }
+  if (is_causal) merge(logical_not(causal_mask(L, S, scores.device)));
+  Tensor mask;
+  if (additive.defined()) {
+    mask = blocked.defined() ? where(blocked, scalar_tensor(kNegInf, additive.options()), additive)
+                             : additive;
+  } else if (blocked.defined()) {
+    mask = logical_not(blocked);
+  }
+  return mask;
+}
+
+}  // namespace detail
 
 // --- MultiheadAttention -------------------------------------------------------------
 
@@ -164,52 +221,8 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
   };
   const Tensor qh = heads(qp, L), kh = heads(kp, S), vh = heads(vp, S);
 
-  // Masks, merged into one of shape broadcastable to [N, H, L, S].
-  Tensor blocked, additive;
-  auto merge = [&](const Tensor& m) {
-    if (m.dtype() == DType::b8) {
-      blocked = blocked.defined() ? logical_or(blocked, m) : m;
-    } else {
-      const Tensor f = m.dtype() == qh.dtype() ? m : m.to(qh.dtype());
-      additive = additive.defined() ? add(additive, f) : f;
-    }
-  };
-  if (attn_mask.defined()) {
-    check_mask_dtype(op, attn_mask, "attn_mask");
-    if (attn_mask.dim() == 2) {
-      DLTRAIN_CHECK(attn_mask.size(0) == L && attn_mask.size(1) == S, op, ": the 2-d attn_mask ",
-                    shape_str(attn_mask.shape()), " must be [L, S] = [", L, ", ", S,
-                    "] (query length, key length)");
-      merge(attn_mask);
-    } else {
-      const int64_t B = batched ? N * H : H;
-      DLTRAIN_CHECK(attn_mask.dim() == 3 && attn_mask.size(0) == B && attn_mask.size(1) == L &&
-                        attn_mask.size(2) == S,
-                    op, ": attn_mask ", shape_str(attn_mask.shape()), " must be [L, S] = [", L,
-                    ", ", S, "] or ",
-                    batched ? "[N * num_heads, L, S] = [" : "[num_heads, L, S] = [", B, ", ", L,
-                    ", ", S, "]");
-      merge(attn_mask.reshape({batched ? N : 1, H, L, S}));
-    }
-  }
-  if (key_padding_mask.defined()) {
-    check_mask_dtype(op, key_padding_mask, "key_padding_mask");
-    const bool ok = batched ? key_padding_mask.dim() == 2 && key_padding_mask.size(0) == N &&
-                                  key_padding_mask.size(1) == S
-                            : key_padding_mask.dim() == 1 && key_padding_mask.size(0) == S;
-    DLTRAIN_CHECK(ok, op, ": key_padding_mask ", shape_str(key_padding_mask.shape()), " must be ",
-                  batched ? "[N, S] = [" : "[S] = [", batched ? N : S,
-                  batched ? ", " + std::to_string(S) : std::string(), "] (batch size, key length)");
-    merge(key_padding_mask.reshape({batched ? N : 1, 1, 1, S}));
-  }
-  if (is_causal) merge(logical_not(causal_mask(L, S, qh.device())));
-  Tensor mask;
-  if (additive.defined()) {
-    mask = blocked.defined() ? where(blocked, scalar_tensor(kNegInf, additive.options()), additive)
-                             : additive;
-  } else if (blocked.defined()) {
-    mask = logical_not(blocked);
-  }
+  const Tensor mask = detail::merge_attention_masks(op, attn_mask, key_padding_mask, is_causal,
+                                                    batched, N, H, L, S, qh.options());
 
   const double p = is_training() ? options.dropout : 0.0;
   Tensor oh, w;
