@@ -6,6 +6,7 @@
 #include "dltrain/distributed/pipeline.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <sstream>
 
@@ -16,6 +17,18 @@
 namespace dltrain::distributed {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Adds the time from construction to destruction to `acc` (seconds).
+struct Timed {
+  explicit Timed(double& acc) : acc_(acc), t0_(Clock::now()) {}
+  ~Timed() { acc_ += std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+  double& acc_;
+  Clock::time_point t0_;
+};
 
 constexpr int kMaxDims = 8;
 // Tags above the schedules' range: the state-dict gather.
@@ -176,6 +189,7 @@ void Pipeline::forward_one(int j, const PipelineLoss& loss) {
     mb->input = recv_with_header(*group_, stage_index_ - 1, tag, device_);
     if (is_floating(mb->input.dtype())) mb->input.requires_grad_(true);
   }
+  Timed timed(times_.compute_s);
   Tensor y = (*stage_)(mb->input);
   if (last) {
     Tensor l = loss(y, targets_[static_cast<size_t>(j)]);
@@ -200,14 +214,14 @@ void Pipeline::backward_one(int j) {
   std::unique_ptr<MicroBatch> mb = std::move(micro_[static_cast<size_t>(j)]);
   DLTRAIN_CHECK(mb != nullptr, "Pipeline: backward of micro-batch ", j,
                 " before its forward (a schedule bug)");
-  if (last) {
-    if (mb->output.requires_grad()) mb->output.backward();
-  } else {
-    Tensor g = empty(mb->output.shape(),
-                     TensorOptions(mb->output.dtype()).with_device(mb->output.device()));
+  Tensor g;
+  if (!last) {
+    g = empty(mb->output.shape(),
+              TensorOptions(mb->output.dtype()).with_device(mb->output.device()));
     group_->recv(g, stage_index_ + 1, tag).wait();
-    if (mb->output.requires_grad()) mb->output.backward(g);
   }
+  Timed timed(times_.compute_s);
+  if (mb->output.requires_grad()) mb->output.backward(g);
   if (!first) {
     Tensor gi = mb->input.requires_grad() ? mb->input.grad() : Tensor();
     // An input the stage's output does not depend on gets a zero gradient.
@@ -254,6 +268,8 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target,
   micro_.clear();
   micro_.resize(static_cast<size_t>(m));
   loss_sum_ = 0.0;
+  times_ = StepTimes{};
+  const auto start = Clock::now();
   if (options_.schedule == PipelineSchedule::GPipe) {
     for (int j = 0; j < m; ++j) forward_one(j, loss);
     for (int j = 0; j < m; ++j) backward_one(j);
@@ -271,10 +287,14 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target,
   inputs_.clear();
   targets_.clear();
   // The loss, from the last stage to every stage.
-  if (num_stages_ == 1) return loss_sum_;
-  Tensor l = full({1}, last ? loss_sum_ : 0.0, DType::f64);
-  group_->broadcast(l, num_stages_ - 1).wait();
-  return l.item<double>();
+  double result = loss_sum_;
+  if (num_stages_ > 1) {
+    Tensor l = full({1}, last ? loss_sum_ : 0.0, DType::f64);
+    group_->broadcast(l, num_stages_ - 1).wait();
+    result = l.item<double>();
+  }
+  times_.step_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
 }
 
 StateDict Pipeline::full_state_dict(int root) {

@@ -65,6 +65,21 @@ void Work::wait() const {
 
 bool Work::is_completed() const { return !s_ || s_->completed(); }
 
+// --- defaults for groups without point-to-point or splitting --------------------------------
+
+Work ProcessGroup::send(const Tensor&, int, int) {
+  DLTRAIN_FAIL("send: the ", backend(),
+               " process group has no point-to-point transfers; use an mpi or nccl group");
+}
+Work ProcessGroup::recv(const Tensor&, int, int) {
+  DLTRAIN_FAIL("recv: the ", backend(),
+               " process group has no point-to-point transfers; use an mpi or nccl group");
+}
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int, int) {
+  DLTRAIN_FAIL("split: the ", backend(),
+               " process group cannot be split; use an mpi, nccl or local group");
+}
+
 // --- checks and messages -----------------------------------------------------------------
 
 namespace detail {

@@ -108,6 +108,14 @@ class Pipeline {
   int64_t peak_stored_activations() const { return peak_stored_; }
   void reset_peak_stored_activations() { peak_stored_ = stored_; }
 
+  /// Wall time of the last forward_backward on this rank, and the part of it spent computing
+  /// (the stage's forward, loss and backward; the rest is waiting for receives, sends and the
+  /// loss broadcast). 1 - compute / step is this stage's measured bubble fraction.
+  struct StepTimes {
+    double step_s = 0, compute_s = 0;
+  };
+  const StepTimes& last_step_times() const { return times_; }
+
   /// The full model's state dict, every stage's entries gathered on pipeline rank `root`
   /// (under the full model's names: a single process's load_state_dict takes it); an empty
   /// one on the other ranks. Collective over the pipeline group.
@@ -139,6 +147,7 @@ class Pipeline {
   std::vector<std::unique_ptr<MicroBatch>> micro_;
   std::vector<Work> sends_;
   double loss_sum_ = 0.0;
+  StepTimes times_;
 };
 
 }  // namespace dltrain::distributed

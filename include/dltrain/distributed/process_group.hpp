@@ -103,10 +103,12 @@ class ProcessGroup {
   /// of range, a send to this rank itself, or a tensor that is not dense; a receiver expecting
   /// another number of bytes fails its wait(). NCCL: ncclSend on the group's stream (untested:
   /// no machine with two GPUs has run it yet; the NCCL group has no tags, `tag` is only checked).
-  virtual Work send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual Work send(const Tensor& t, int dst, int tag = 0);
   /// Receives into the dense tensor `t` what rank `src` sends with `tag`. wait() throws when
   /// the message holds another number of elements than `t` (both sides must agree on shapes).
-  virtual Work recv(const Tensor& t, int src, int tag = 0) = 0;
+  virtual Work recv(const Tensor& t, int src, int tag = 0);
+  // (The three have default implementations that throw, naming the backend, so that a group
+  // written outside the library for collectives only, such as a test double, still compiles.)
   /// The largest tag send/recv accept (MPI's MPI_TAG_UB, at least 32767).
   virtual int max_tag() const { return 32767; }
 
@@ -116,7 +118,7 @@ class ProcessGroup {
   /// same order relative to its other collectives. The new group has this group's timeout and
   /// its own communication resources (MPI: a communicator and a thread; NCCL: ncclCommSplit,
   /// untested on GPUs).
-  virtual std::shared_ptr<ProcessGroup> split(int color, int key) = 0;
+  virtual std::shared_ptr<ProcessGroup> split(int color, int key);
 
  protected:
   ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
