@@ -44,6 +44,9 @@ std::shared_ptr<nn::Sequential> make_model(int64_t width, int64_t blocks) {
 struct Row {
   int64_t micro_batches = 0;
   double theory = 0, bubble = 0, step_ms = 0, samples_per_s = 0;
+  // The stages' compute per step (the fastest and the slowest stage): their gap is idle time
+  // the theory, which assumes equal stages, does not count.
+  double compute_min_ms = 0, compute_max_ms = 0;
 };
 
 Tensor mse(const Tensor& out, const Tensor& target) { return mse_loss(out, target); }
@@ -102,7 +105,7 @@ int main(int argc, char** argv) {
     for (int64_t m : micro) {
       distributed::Pipeline pipe(make_model(width, blocks),
                                  {.micro_batches = static_cast<int>(m), .schedule = sched});
-      std::vector<double> bubbles, steps;
+      std::vector<double> bubbles, steps, cmin, cmax;
       for (int64_t r = 0; r <= rounds; ++r) {
         pipe.stage_module().zero_grad();
         g.barrier().wait();
@@ -116,6 +119,10 @@ int main(int argc, char** argv) {
         steps.push_back(step * 1000.0);
         bubbles.push_back(
             distributed::all_reduce_value(1.0 - t.compute_s / step, distributed::ReduceOp::Avg));
+        cmin.push_back(1000.0 *
+                       distributed::all_reduce_value(t.compute_s, distributed::ReduceOp::Min));
+        cmax.push_back(1000.0 *
+                       distributed::all_reduce_value(t.compute_s, distributed::ReduceOp::Max));
       }
       Row row;
       row.micro_batches = m;
@@ -123,6 +130,8 @@ int main(int argc, char** argv) {
       row.bubble = train::compute_stats(bubbles).median;
       row.step_ms = train::compute_stats(steps).median;
       row.samples_per_s = static_cast<double>(batch) / (row.step_ms / 1000.0);
+      row.compute_min_ms = train::compute_stats(cmin).median;
+      row.compute_max_ms = train::compute_stats(cmax).median;
       rows.push_back(row);
     }
 
@@ -136,13 +145,13 @@ int main(int argc, char** argv) {
           g.backend(), get_num_threads(), static_cast<long long>(rounds));
       std::printf("  one process, whole model: %.1f ms/step, %.0f samples/s\n", single_ms,
                   single_sps);
-      std::printf("  %6s %10s %10s %10s %10s %12s %10s\n", "m", "theory", "measured", "diff pts",
-                  "step ms", "samples/s", "x 1 proc");
+      std::printf("  %6s %10s %10s %10s %10s %17s %12s %10s\n", "m", "theory", "measured",
+                  "diff pts", "step ms", "stage compute ms", "samples/s", "x 1 proc");
       for (const Row& r : rows)
-        std::printf("  %6lld %10.3f %10.3f %10.1f %10.1f %12.0f %10.2f\n",
+        std::printf("  %6lld %10.3f %10.3f %10.1f %10.1f %8.1f-%-8.1f %12.0f %10.2f\n",
                     static_cast<long long>(r.micro_batches), r.theory, r.bubble,
-                    100.0 * (r.bubble - r.theory), r.step_ms, r.samples_per_s,
-                    r.samples_per_s / single_sps);
+                    100.0 * (r.bubble - r.theory), r.step_ms, r.compute_min_ms, r.compute_max_ms,
+                    r.samples_per_s, r.samples_per_s / single_sps);
       if (!json.empty()) {
         std::ofstream f(json);
         f << "{\"benchmark\": \"pipeline\", \"schedule\": \"" << schedule << "\", \"stages\": " << p
@@ -153,6 +162,8 @@ int main(int argc, char** argv) {
           f << (i ? ", " : "") << "{\"micro_batches\": " << rows[i].micro_batches
             << ", \"bubble_theory\": " << rows[i].theory
             << ", \"bubble_measured\": " << rows[i].bubble << ", \"step_ms\": " << rows[i].step_ms
+            << ", \"stage_compute_ms_min\": " << rows[i].compute_min_ms
+            << ", \"stage_compute_ms_max\": " << rows[i].compute_max_ms
             << ", \"samples_per_s\": " << rows[i].samples_per_s
             << ", \"speedup_vs_one_process\": " << rows[i].samples_per_s / single_sps << "}";
         f << "]}\n";
