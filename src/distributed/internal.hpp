@@ -51,6 +51,12 @@ void check_gather_pair(const char* op, const Tensor& big, const Tensor& small, i
 /// Checks a collective's tensor: defined, dense (contiguous or channels-last, or contiguous
 /// only when `contiguous_only`), on the expected device kind.
 void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_only);
+/// Checks a send/recv: `t` dense, `peer` a rank of the group other than `self`, `tag` in
+/// [0, max_tag]. `op` is "send" or "recv", `peer_name` "dst" or "src".
+void check_p2p(const char* op, const Tensor& t, int peer, const char* peer_name, int tag,
+               const ProcessGroup& g);
+/// "send of 12 f64 elements (96 bytes, shape [3, 4], on cpu) to rank 1 (tag 7)".
+std::string describe_p2p(const char* op, const Tensor& t, int peer, int tag);
 
 // --- the MPI runtime (mpi_group.cpp / mpi_stub.cpp) ----------------------------------
 bool mpi_compiled();

@@ -18,6 +18,17 @@
 // library's pinned pool: an asynchronous device-to-host copy on the caller's stream when the
 // collective is issued (the communication thread waits for its event), and a copy back on
 // the thread that calls wait(). Counts above INT_MAX are split into several calls.
+//
+// Point to point: send/recv are posted by the same thread, in issue order, as non-blocking
+// MPI_Isend/MPI_Irecv of bytes (1 GiB per request), and stay pending in p2p_ while the thread
+// goes on with its queue; it polls them with MPI_Testsome between tasks and every 50 us while
+// any is pending (a blocking collective running meanwhile progresses them too). So a rank that
+// sends to a peer that is itself sending to it never deadlocks, whatever the message sizes. A
+// recv completes in error when the message holds another number of bytes than its tensor. The
+// watchdog times out the oldest pending send/recv as it does a collective.
+//
+// split() runs MPI_Comm_split on the communication thread too (it is a collective of comm_),
+// and the new group gets its own communicator, thread and watchdog.
 // The C API only: keep Open MPI / MPICH from pulling in their deprecated C++ bindings.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -177,6 +188,10 @@ class MPIProcessGroup final : public ProcessGroup {
   MPIProcessGroup(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
       : ProcessGroup(rank, size, timeout), comm_(comm), cuda_aware_(mpi_cuda_aware()) {
     (void)half_ops();
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);  // a predefined world attribute
+    if (flag && ub) max_tag_ = *ub;
     thread_ = std::thread([this] { loop(); });
     watchdog_ = std::thread([this] { watch(); });
   }
@@ -268,6 +283,32 @@ class MPIProcessGroup final : public ProcessGroup {
                   [this](const std::vector<Tensor>&) { DLTRAIN_MPI_CHECK(MPI_Barrier(comm_)); });
   }
 
+  Work send(const Tensor& t, int dst, int tag) override {
+    detail::check_p2p("send", t, dst, "dst", tag, *this);
+    return submit_p2p(detail::describe_p2p("send", t, dst, tag), t, false, dst, tag);
+  }
+
+  Work recv(const Tensor& t, int src, int tag) override {
+    detail::check_p2p("recv", t, src, "src", tag, *this);
+    return submit_p2p(detail::describe_p2p("recv", t, src, tag), t, true, src, tag);
+  }
+
+  int max_tag() const override { return max_tag_; }
+
+  std::shared_ptr<ProcessGroup> split(int color, int key) override {
+    auto out = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+    const std::string what = "split(color " + std::to_string(color) + ")";
+    submit(what, {}, {}, [this, out, color, key](const std::vector<Tensor>&) {
+      DLTRAIN_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, out.get()));
+    }).wait();
+    if (*out == MPI_COMM_NULL) return nullptr;
+    MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(*out, &rank);
+    MPI_Comm_size(*out, &size);
+    return std::make_shared<MPIProcessGroup>(*out, rank, size, timeout());
+  }
+
  private:
   using Body = std::function<void(const std::vector<Tensor>&)>;
   struct Task {
@@ -276,7 +317,130 @@ class MPIProcessGroup final : public ProcessGroup {
     std::shared_ptr<Work::State> state;
     Body body;
     std::shared_ptr<cuda::Event> ready;  // CUDA tensors: wait for it before MPI touches them
+    // Point to point (body is empty): post MPI_Isend/MPI_Irecv of tensors[0] with peer and tag.
+    bool p2p = false, is_recv = false;
+    int peer = 0, tag = 0;
   };
+  // A posted send/recv, owned by the communication thread (guarded by mu_ for the watchdog).
+  struct Pending {
+    std::string what;
+    Tensor tensor;
+    std::shared_ptr<Work::State> state;
+    std::vector<MPI_Request> requests;
+    std::vector<int64_t> expected;  // bytes per request (recv)
+    std::vector<int64_t> received;  // bytes per completed request (recv), -1 until complete
+    std::exception_ptr error;
+    size_t left = 0;
+    bool is_recv = false;
+    Clock::time_point start;
+  };
+
+  Work submit_p2p(std::string what, const Tensor& t, bool is_recv, int peer, int tag) {
+    Task p2p;
+    p2p.is_recv = is_recv;
+    p2p.peer = peer;
+    p2p.tag = tag;
+    return submit(std::move(what), {t}, is_recv ? std::vector<Tensor>{t} : std::vector<Tensor>{},
+                  Body(), 0.0, false, &p2p);
+  }
+
+  // Called on the communication thread with the task popped: posts its requests.
+  void post(Task& task) {
+    Pending p;
+    p.what = std::move(task.what);
+    p.tensor = task.tensors[0];
+    p.state = task.state;
+    p.is_recv = task.is_recv;
+    p.start = Clock::now();
+    char* ptr = static_cast<char*>(p.tensor.data_ptr());
+    const int64_t bytes = p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
+    const int64_t chunk = int64_t{1} << 30;
+    try {
+      for (int64_t s = 0; s < bytes || (s == 0 && bytes == 0); s += chunk) {
+        const int c = static_cast<int>(std::min(chunk, bytes - s));
+        MPI_Request r;
+        if (task.is_recv)
+          DLTRAIN_MPI_CHECK(MPI_Irecv(ptr + s, c, MPI_BYTE, task.peer, task.tag, comm_, &r));
+        else
+          DLTRAIN_MPI_CHECK(MPI_Isend(ptr + s, c, MPI_BYTE, task.peer, task.tag, comm_, &r));
+        p.requests.push_back(r);
+        p.expected.push_back(c);
+        p.received.push_back(-1);
+        if (bytes == 0) break;
+      }
+    } catch (...) {
+      // Requests already posted stay pending (their buffers are kept alive in p) and the
+      // error is raised by wait() once they complete.
+      p.error = std::current_exception();
+    }
+    p.left = p.requests.size();
+    if (p.left == 0) {
+      p.state->complete(p.error);
+      return;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    p2p_.push_back(std::move(p));
+  }
+
+  // Tests every pending send/recv once; completes the finished ones. Communication thread.
+  void progress() {
+    std::vector<Pending> done;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (Pending& p : p2p_) {
+        for (size_t i = 0; i < p.requests.size(); ++i) {
+          if (p.requests[i] == MPI_REQUEST_NULL) continue;
+          int flag = 0;
+          MPI_Status st;
+          const int rc = MPI_Test(&p.requests[i], &flag, &st);
+          if (rc != MPI_SUCCESS && !p.error) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, msg, &len);
+            p.error = std::make_exception_ptr(
+                Error(p.what + " failed: " + std::string(msg, len) +
+                      (p.is_recv ? " (a message longer than the tensor: both sides must agree "
+                                   "on its shape and dtype)"
+                                 : "")));
+            flag = 1;
+            p.requests[i] = MPI_REQUEST_NULL;
+          }
+          if (!flag) continue;
+          --p.left;
+          if (p.is_recv && rc == MPI_SUCCESS) {
+            int n = 0;
+            MPI_Get_count(&st, MPI_BYTE, &n);
+            p.received[i] = n;
+          }
+        }
+      }
+      for (auto it = p2p_.begin(); it != p2p_.end();) {
+        if (it->left == 0) {
+          done.push_back(std::move(*it));
+          it = p2p_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Pending& p : done) {
+      if (!p.error && p.is_recv) {
+        int64_t got = 0, want = 0;
+        for (size_t i = 0; i < p.expected.size(); ++i) {
+          got += p.received[i];
+          want += p.expected[i];
+        }
+        if (got != want)
+          p.error = std::make_exception_ptr(Error(
+              p.what + ": the message holds " + std::to_string(got) + " bytes, the tensor " +
+              std::to_string(want) +
+              "; the sender and the receiver must agree on the shape and dtype (send the shape "
+              "first when it varies)"));
+      }
+      p.tensor = Tensor();
+      p.state->complete(p.error);
+    }
+  }
 
   void check_pair(const char* op, const Tensor& big, const Tensor& small) const {
     detail::check_gather_pair(op, big, small, size());
@@ -290,7 +454,7 @@ class MPIProcessGroup final : public ProcessGroup {
   // `host_op` (a reduction whose MPI op is host code), with `outputs` scaled by `avg_scale`
   // (when not 0) in wait(); else staged through pinned memory, `outputs` copied back in wait().
   Work submit(std::string what, std::vector<Tensor> tensors, const std::vector<Tensor>& outputs,
-              Body body, double avg_scale = 0.0, bool host_op = false) {
+              Body body, double avg_scale = 0.0, bool host_op = false, const Task* p2p = nullptr) {
     auto state = std::make_shared<Work::State>();
     std::shared_ptr<cuda::Event> ready;
     bool any_cuda = false;
@@ -333,8 +497,14 @@ class MPIProcessGroup final : public ProcessGroup {
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back(
-          Task{std::move(what), std::move(tensors), state, std::move(body), std::move(ready)});
+      Task task{std::move(what), std::move(tensors), state, std::move(body), std::move(ready)};
+      if (p2p) {
+        task.p2p = true;
+        task.is_recv = p2p->is_recv;
+        task.peer = p2p->peer;
+        task.tag = p2p->tag;
+      }
+      queue_.push_back(std::move(task));
     }
     cv_.notify_one();
     return Work(state);
@@ -343,32 +513,73 @@ class MPIProcessGroup final : public ProcessGroup {
   void loop() {
     for (;;) {
       Task task;
+      bool have = false;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
+        auto ready = [&] { return stop_ || !queue_.empty(); };
+        if (p2p_.empty())
+          cv_.wait(lk, ready);
+        else
+          cv_.wait_for(lk, std::chrono::microseconds(50), ready);
+        if (!queue_.empty()) {
+          task = std::move(queue_.front());
+          queue_.pop_front();
+          have = true;
+        } else if (stop_) {
+          break;
+        }
       }
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        running_ = &task.what;
-        running_since_ = Clock::now();
-      }
-      std::exception_ptr err;
+      if (have) run(task);
+      progress();
+    }
+    cancel_pending();
+  }
+
+  void run(Task& task) {
+    if (task.p2p) {
       try {
         if (task.ready) task.ready->synchronize();
-        task.body(task.tensors);
       } catch (...) {
-        err = std::current_exception();
+        task.state->complete(std::current_exception());
+        return;
       }
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        running_ = nullptr;
-      }
-      task.tensors.clear();
-      task.state->complete(err);
+      post(task);
+      return;
     }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      running_ = &task.what;
+      running_since_ = Clock::now();
+    }
+    std::exception_ptr err;
+    try {
+      if (task.ready) task.ready->synchronize();
+      task.body(task.tensors);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      running_ = nullptr;
+    }
+    task.tensors.clear();
+    task.state->complete(err);
+  }
+
+  // At destruction: sends and recvs nobody matched (a program that exits with messages in
+  // flight) are cancelled, and their Work completes with an error.
+  void cancel_pending() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (Pending& p : p2p_) {
+      for (MPI_Request& r : p.requests) {
+        if (r == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+      p.state->complete(std::make_exception_ptr(
+          Error(p.what + ": cancelled, the group was destroyed before the peer matched it")));
+    }
+    p2p_.clear();
   }
 
   // Wakes every 100 ms (or at shutdown) and aborts the job when the running collective has
@@ -378,6 +589,8 @@ class MPIProcessGroup final : public ProcessGroup {
     while (!stop_) {
       watch_cv_.wait_for(lk, std::chrono::milliseconds(100));
       if (running_ && Clock::now() - running_since_ > timeout()) timed_out(*running_);
+      for (const Pending& p : p2p_)
+        if (Clock::now() - p.start > timeout()) timed_out(p.what);
     }
   }
 
@@ -385,8 +598,8 @@ class MPIProcessGroup final : public ProcessGroup {
     const double s = std::chrono::duration<double>(timeout()).count();
     detail::print_fatal_once(
         what + " on the mpi group did not complete within " + detail::seconds_str(s) +
-        ": another rank has died, is stuck, or issued a different collective. Aborting the "
-        "job (DLTRAIN_COLLECTIVE_TIMEOUT=seconds changes the limit)");
+        ": another rank has died, is stuck, or issued a different collective (or no matching "
+        "send/recv). Aborting the job (DLTRAIN_COLLECTIVE_TIMEOUT=seconds changes the limit)");
     detail::mpi_abort(1);
   }
 
@@ -400,7 +613,9 @@ class MPIProcessGroup final : public ProcessGroup {
   std::condition_variable watch_cv_;  // the watchdog's tick (a separate cv: notify_one on a
                                       // shared one could wake the watchdog instead)
   std::deque<Task> queue_;
+  std::deque<Pending> p2p_;  // posted sends/recvs (communication thread; mu_ for the watchdog)
   bool stop_ = false;
+  int max_tag_ = 32767;
 };
 
 MPI_Comm& node_comm() {

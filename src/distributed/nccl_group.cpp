@@ -17,6 +17,12 @@
 // stops watching; the caller's next wait() or collective on the group raises it as
 // dltrain::Error (an exception escaping the thread would end the process in std::terminate,
 // hiding the fault), and the destructor aborts the communicator instead of waiting on it.
+//
+// send/recv are ncclSend/ncclRecv on the same stream, one per call (no tags in NCCL: messages
+// between two ranks match in issue order), and split() is ncclCommSplit. Neither has run on a
+// GPU yet (no machine with two GPUs was available when they were written): compiled, untested.
+// One stream means a send waits on the GPU until the peer posts its recv, so two ranks that
+// each send to the other before receiving deadlock; issue the recv first on one side.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -104,6 +110,15 @@ struct NcclState final : Work::State {
 
 class NCCLProcessGroup final : public ProcessGroup {
  public:
+  // A group over an existing communicator (split()).
+  NCCLProcessGroup(ncclComm_t comm, int rank, int size, int device,
+                   std::chrono::milliseconds timeout)
+      : ProcessGroup(rank, size, timeout), device_(device), comm_(comm) {
+    cuda::DeviceGuard g(device);
+    stream_ = cuda::Stream::create(device, /*high_priority=*/true);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
   NCCLProcessGroup(int rank, int size, int device, std::chrono::milliseconds timeout,
                    const std::function<std::string(const std::string&)>& bootstrap)
       : ProcessGroup(rank, size, timeout), device_(device) {
@@ -188,6 +203,39 @@ class NCCLProcessGroup final : public ProcessGroup {
                         input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
                         nccl_type(input.dtype()), nccl_op(op, input.dtype()), comm_, s));
                   });
+  }
+
+  Work send(const Tensor& t, int dst, int tag) override {
+    check("send", t, false);
+    detail::check_p2p("send", t, dst, "dst", tag, *this);
+    return launch(detail::describe_p2p("send", t, dst, tag), {t}, [&](cudaStream_t s) {
+      DLTRAIN_NCCL_CHECK(ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(),
+                                  ncclUint8, dst, comm_, s));
+    });
+  }
+
+  Work recv(const Tensor& t, int src, int tag) override {
+    check("recv", t, false);
+    detail::check_p2p("recv", t, src, "src", tag, *this);
+    return launch(detail::describe_p2p("recv", t, src, tag), {t}, [&](cudaStream_t s) {
+      DLTRAIN_NCCL_CHECK(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(),
+                                  ncclUint8, src, comm_, s));
+    });
+  }
+
+  std::shared_ptr<ProcessGroup> split(int color, int key) override {
+    error_->throw_if_set("split on the nccl group");
+    cuda::DeviceGuard g(device_);
+    // Ordered after this group's pending collectives, as every rank issues it at the same point.
+    stream_.synchronize();
+    ncclComm_t out = nullptr;
+    DLTRAIN_NCCL_CHECK(
+        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &out, nullptr));
+    if (color < 0 || out == nullptr) return nullptr;
+    int rank = 0, size = 1;
+    DLTRAIN_NCCL_CHECK(ncclCommUserRank(out, &rank));
+    DLTRAIN_NCCL_CHECK(ncclCommCount(out, &size));
+    return std::make_shared<NCCLProcessGroup>(out, rank, size, device_, timeout());
   }
 
   Work barrier() override {

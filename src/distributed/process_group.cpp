@@ -65,6 +65,21 @@ void Work::wait() const {
 
 bool Work::is_completed() const { return !s_ || s_->completed(); }
 
+// --- defaults for groups without point-to-point or splitting --------------------------------
+
+Work ProcessGroup::send(const Tensor&, int, int) {
+  DLTRAIN_FAIL("send: the ", backend(),
+               " process group has no point-to-point transfers; use an mpi or nccl group");
+}
+Work ProcessGroup::recv(const Tensor&, int, int) {
+  DLTRAIN_FAIL("recv: the ", backend(),
+               " process group has no point-to-point transfers; use an mpi or nccl group");
+}
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int, int) {
+  DLTRAIN_FAIL("split: the ", backend(),
+               " process group cannot be split; use an mpi, nccl or local group");
+}
+
 // --- checks and messages -----------------------------------------------------------------
 
 namespace detail {
@@ -119,6 +134,30 @@ void check_collective_tensor(const char* op, const Tensor& t, bool contiguous_on
                 contiguous_only ? "contiguous"
                                 : "dense (no gaps or overlaps, e.g. contiguous or channels-last)",
                 "; pass t.contiguous() and copy the result back");
+}
+
+void check_p2p(const char* op, const Tensor& t, int peer, const char* peer_name, int tag,
+               const ProcessGroup& g) {
+  check_collective_tensor(op, t, false);
+  DLTRAIN_CHECK(g.size() > 1, op, "(", peer_name, " = ", peer, "): this ", g.backend(),
+                " group has one rank, so there is no peer to exchange with; run the job on "
+                "several ranks (mpirun -np 2 or more) or skip point-to-point in a world of one");
+  DLTRAIN_CHECK(peer >= 0 && peer < g.size(), op, ": ", peer_name, " = ", peer,
+                " is not a rank of this ", g.backend(), " group of ", g.size(),
+                "; pass a rank in [0, ", g.size(),
+                ") of this group (a sub-group numbers its ranks from 0)");
+  DLTRAIN_CHECK(peer != g.rank(), op, ": ", peer_name, " = ", peer,
+                " is this rank itself; copy the tensor instead (t.copy_(u)) or pick another rank");
+  DLTRAIN_CHECK(tag >= 0 && tag <= g.max_tag(), op, ": tag ", tag, " is outside [0, ", g.max_tag(),
+                "] (the largest tag this ", g.backend(),
+                " library accepts); number messages modulo ", g.max_tag() + 1);
+}
+
+std::string describe_p2p(const char* op, const Tensor& t, int peer, int tag) {
+  std::ostringstream os;
+  os << describe_collective(op, t) << (std::string(op) == "send" ? " to" : " from") << " rank "
+     << peer << " (tag " << tag << ")";
+  return os.str();
 }
 
 // "dltrain: rank R of N (host): message" on stderr, after whatever stdout holds.
@@ -205,6 +244,18 @@ class LocalProcessGroup final : public ProcessGroup {
     return copy("reduce_scatter", output, input);
   }
   Work barrier() override { return Work(); }
+  Work send(const Tensor& t, int dst, int tag) override {
+    detail::check_p2p("send", t, dst, "dst", tag, *this);
+    return Work();  // unreachable: a group of one has no other rank
+  }
+  Work recv(const Tensor& t, int src, int tag) override {
+    detail::check_p2p("recv", t, src, "src", tag, *this);
+    return Work();
+  }
+  std::shared_ptr<ProcessGroup> split(int color, int /*key*/) override {
+    if (color < 0) return nullptr;
+    return std::make_shared<LocalProcessGroup>(timeout());
+  }
 
  private:
   Work copy(const char* op, const Tensor& output, const Tensor& input) {
@@ -374,6 +425,44 @@ std::shared_ptr<ProcessGroup> make_group(World& w, const InitOptions& o,
 
 std::shared_ptr<ProcessGroup> new_local_group(std::chrono::milliseconds timeout) {
   return std::make_shared<LocalProcessGroup>(timeout);
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, ProcessGroup* parent) {
+  ProcessGroup& g = parent ? *parent : default_group();
+  // Agreement first (an FNV-1a hash of the list, its max and min over the ranks), so that a
+  // list that differs between ranks fails on every rank instead of leaving some in the split;
+  // the checks below then see the same list everywhere and fail together too.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  mix(ranks.size());
+  for (int r : ranks) mix(static_cast<uint64_t>(static_cast<uint32_t>(r)));
+  const auto mine = static_cast<int64_t>(h >> 1);  // 63 bits: negation cannot overflow
+  if (g.size() > 1) {
+    Tensor t = from_vector(std::vector<int64_t>{mine, -mine}, {2}).to(g.tensor_device());
+    g.all_reduce(t, ReduceOp::Max).wait();
+    const auto v = t.to(Device::cpu()).to_vector<int64_t>();
+    DLTRAIN_CHECK(v[0] == mine && -v[1] == mine,
+                  "new_group: the ranks passed differ between the ranks of the group (this rank "
+                  "passed ",
+                  shape_str(std::vector<int64_t>(ranks.begin(), ranks.end())),
+                  "); every rank must call new_group with the same list, in the same order");
+  }
+  DLTRAIN_CHECK(!ranks.empty(), "new_group: the list of ranks is empty; pass at least one rank");
+  std::vector<char> seen(static_cast<size_t>(g.size()), 0);
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    DLTRAIN_CHECK(r >= 0 && r < g.size(), "new_group: rank ", r,
+                  " is not a rank of the parent group of ", g.size(), "; pass ranks in [0, ",
+                  g.size(), ")");
+    DLTRAIN_CHECK(!seen[static_cast<size_t>(r)], "new_group: rank ", r,
+                  " appears twice in the list; list each rank once");
+    seen[static_cast<size_t>(r)] = 1;
+    if (r == g.rank()) index = static_cast<int>(i);
+  }
+  return g.split(index >= 0 ? 0 : -1, index);
 }
 
 std::chrono::milliseconds default_timeout() {

@@ -10,6 +10,9 @@
 //   mpi_fault fsdp      rank 1's forward throws inside FullyShardedDataParallel unit "1" after
 //                       gathering it, while rank 0 goes on to wait in unit 2's gather: the job
 //                       must end at once with rank 1's message.
+//   mpi_fault pipeline  a 1F1B pipeline over every rank whose last stage's loss throws on
+//                       micro-batch 2 while the other stages wait in a recv for its gradient:
+//                       the job must end at once with the loss's message.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -59,8 +62,20 @@ int main(int argc, char** argv) {
     }
     sum(fsdp(ones({2, 4}))).backward();
     std::this_thread::sleep_for(std::chrono::seconds(120));
+  } else if (mode == "pipeline") {
+    manual_seed(3);
+    auto m = std::make_shared<nn::Sequential>();
+    for (int i = 0; i < 4; ++i) m->push_back(std::make_shared<nn::Linear>(4, 4));
+    distributed::Pipeline pipe(m, {.micro_batches = 4});
+    const auto loss = [](const Tensor& out, const Tensor& target) {
+      static int calls = 0;
+      if (++calls == 3) throw std::runtime_error("loss of micro-batch 2 is NaN (injected)");
+      return mse_loss(out, target);
+    };
+    pipe.forward_backward(ones({8, 4}), zeros({8, 4}), loss);
+    std::this_thread::sleep_for(std::chrono::seconds(120));
   } else {
-    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort|zero|fsdp\n");
+    std::fprintf(stderr, "usage: mpi_fault timeout|throw|abort|zero|fsdp|pipeline\n");
     return 2;
   }
   return 0;

@@ -7,6 +7,17 @@
 // callers overlap it with computation and call wait() before reading the result. Every rank
 // must issue the same collectives in the same order with tensors of the same size and dtype.
 //
+// Point to point: send(t, dst, tag) / recv(t, src, tag) between two ranks of a group (what
+// pipeline parallelism moves activations with). They too return a Work at once; a send is
+// matched by the recv on `dst` naming this rank and the same tag, and two messages with the same
+// (source, tag) arrive in the order they were sent. Unlike collectives they need not be issued
+// in the same order on every rank: MPI posts them without blocking (a send and a recv pending at
+// once never deadlock each other), and they count against the same timeout.
+//
+// Sub-groups: split(color, key) (MPI_Comm_split's semantics) and new_group(ranks) build groups
+// over a subset of a group's ranks, so data, pipeline and tensor parallelism combine on one job;
+// RankLayout (rank_layout.hpp) builds the usual ones.
+//
 // Backends: "mpi" (CPU tensors; CUDA tensors are passed to a CUDA-aware MPI as they are, else
 // staged through pinned host memory: mpi_cuda_aware()), "nccl" (CUDA
 // tensors; its unique id bootstrapped over MPI, or over a TCP rendezvous on
@@ -24,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dltrain/core/device.hpp"
 #include "dltrain/core/tensor.hpp"
@@ -84,6 +96,29 @@ class ProcessGroup {
                               ReduceOp op = ReduceOp::Sum) = 0;
   /// Completes when every rank has called it.
   virtual Work barrier() = 0;
+
+  /// Sends the dense tensor `t` (any dtype) to rank `dst` of this group, where the recv(..., src
+  /// = this rank, tag) with as many elements of the same dtype receives it. `t` must not change
+  /// until the Work completes. `tag` is in [0, max_tag()]. Throws dltrain::Error for a rank out
+  /// of range, a send to this rank itself, or a tensor that is not dense; a receiver expecting
+  /// another number of bytes fails its wait(). NCCL: ncclSend on the group's stream (untested:
+  /// no machine with two GPUs has run it yet; the NCCL group has no tags, `tag` is only checked).
+  virtual Work send(const Tensor& t, int dst, int tag = 0);
+  /// Receives into the dense tensor `t` what rank `src` sends with `tag`. wait() throws when
+  /// the message holds another number of elements than `t` (both sides must agree on shapes).
+  virtual Work recv(const Tensor& t, int src, int tag = 0);
+  // (The three have default implementations that throw, naming the backend, so that a group
+  // written outside the library for collectives only, such as a test double, still compiles.)
+  /// The largest tag send/recv accept (MPI's MPI_TAG_UB, at least 32767).
+  virtual int max_tag() const { return 32767; }
+
+  /// Splits this group as MPI_Comm_split does: the ranks passing the same `color` (>= 0) form
+  /// one new group, ranked by (`key`, rank in this group); a rank passing a negative color
+  /// belongs to none and gets nullptr. Collective over this group: every rank calls it, in the
+  /// same order relative to its other collectives. The new group has this group's timeout and
+  /// its own communication resources (MPI: a communicator and a thread; NCCL: ncclCommSplit,
+  /// untested on GPUs).
+  virtual std::shared_ptr<ProcessGroup> split(int color, int key);
 
  protected:
   ProcessGroup(int rank, int size, std::chrono::milliseconds timeout)
@@ -183,6 +218,14 @@ bool nccl_available();
 /// (Open MPI's MPIX_Query_cuda_support(), MPICH's MPIX_GPU_query_support), else false. When
 /// false, CUDA tensors are staged through pinned host memory. False without MPI.
 bool mpi_cuda_aware();
+
+/// A group of the ranks `ranks` (ranks of `parent`, default the default group), in that order:
+/// rank i of the new group is ranks[i]. As torch.distributed.new_group, every rank of `parent`
+/// must call it, with the same list, in the same order relative to the other collectives;
+/// ranks not in the list get nullptr. Throws dltrain::Error on every rank when the list has a
+/// duplicate or a rank out of range, is empty, or differs between ranks.
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
+                                        ProcessGroup* parent = nullptr);
 
 /// The collective timeout from DLTRAIN_COLLECTIVE_TIMEOUT (seconds), or 10 minutes.
 std::chrono::milliseconds default_timeout();

@@ -1,0 +1,220 @@
+// distributed::Pipeline and RankLayout on 2, 3 (an uneven split) and 4 ranks: both schedules
+// train an 8-block MLP for 20 SGD steps to the same weights as one process on the full batch,
+// in f64; 1F1B stores at most min(p - s, m) micro-batches per stage and GPipe m; the gathered
+// state dict loads into a single-process model; 4 ranks run 2 stages x 2 data-parallel
+// replicas.
+//
+// Tolerance: the pipeline computes the same operations as one process except that the batch
+// sums of the weight gradients are split into per-micro-batch partial sums (and each
+// micro-batch's mean is rescaled by b_j / B), which changes only the rounding: a few ulps of
+// each gradient element per step (|terms| ~ 1, 12 rows: ~12 * 2^-53 ~ 1e-15). Twenty SGD steps
+// with lr 0.1 and momentum 0.9 carry at most ~20 * 10 such errors into the weights (the
+// momentum sum 1 / (1 - 0.9) = 10), ~1e-13 at worst; 1e-12 is that with a margin.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dltrain/dltrain.hpp"
+
+using namespace dltrain;
+using namespace dltrain::distributed;
+
+namespace {
+
+constexpr double kTol = 1e-12;
+
+// 8 blocks: Linear(4, 6) + Tanh, 6 x (Linear(6, 6) + Tanh), Linear(6, 3).
+std::shared_ptr<nn::Sequential> mlp(uint64_t seed) {
+  manual_seed(seed);
+  const TensorOptions f64(DType::f64);
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(nn::sequential(
+      {std::make_shared<nn::Linear>(4, 6, true, f64), std::make_shared<nn::Tanh>()}));
+  for (int i = 0; i < 6; ++i)
+    m->push_back(nn::sequential(
+        {std::make_shared<nn::Linear>(6, 6, true, f64), std::make_shared<nn::Tanh>()}));
+  m->push_back(std::make_shared<nn::Linear>(6, 3, true, f64));
+  return m;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  return max(abs(sub(a.detach(), b.detach()))).item<double>();
+}
+
+Tensor mse(const Tensor& out, const Tensor& target) { return mse_loss(out, target); }
+
+}  // namespace
+
+TEST_CASE("Pipeline: GPipe and 1F1B match one process for 20 SGD steps (f64)", "[mpi][pipeline]") {
+  ProcessGroup& g = default_group();
+  const int p = g.size();
+  struct Case {
+    PipelineSchedule schedule;
+    int micro_batches;
+    bool explicit_cuts;
+  };
+  for (const Case c : {Case{PipelineSchedule::GPipe, 4, false},
+                       Case{PipelineSchedule::OneFOneB, 5, false},  // 12 rows: 2,2,3,2,3
+                       Case{PipelineSchedule::OneFOneB, 2, true},   // m < p on 3 ranks
+                       Case{PipelineSchedule::GPipe, 3, true}}) {
+    INFO("schedule " << schedule_name(c.schedule) << ", " << c.micro_batches
+                     << " micro-batches, cuts " << (c.explicit_cuts ? "given" : "balanced"));
+    std::vector<int64_t> cuts;
+    if (c.explicit_cuts)  // deliberately uneven: stage 0 gets one module only
+      for (int s = 1; s < p; ++s) cuts.push_back(s == 1 ? 1 : 1 + (s - 1) * 7 / (p - 1));
+    auto ref = mlp(11);
+    auto model = mlp(11);
+    Pipeline pipe(model, {.cuts = cuts, .micro_batches = c.micro_batches, .schedule = c.schedule});
+    REQUIRE(pipe.num_stages() == p);
+    REQUIRE(pipe.stage() == g.rank());
+    REQUIRE(pipe.boundaries().size() == static_cast<size_t>(p + 1));
+    CHECK(pipe.stage_module().size() == pipe.boundaries()[static_cast<size_t>(g.rank() + 1)] -
+                                            pipe.boundaries()[static_cast<size_t>(g.rank())]);
+    optim::SGD ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::SGD opt(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+    Generator gen(5);
+    double worst_loss = 0;
+    for (int step = 0; step < 20; ++step) {
+      Tensor x = randn({12, 4}, DType::f64, &gen), y = randn({12, 3}, DType::f64, &gen);
+      ref_opt.zero_grad();
+      Tensor l = mse_loss((*ref)(x), y);
+      l.backward();
+      ref_opt.step();
+      opt.zero_grad();
+      const double pl = pipe.forward_backward(x, y, mse);
+      opt.step();
+      worst_loss = std::max(worst_loss, std::abs(pl - l.item<double>()));
+      CHECK(pipe.stored_activations() == 0);
+    }
+    CHECK(worst_loss <= kTol);
+    // This stage's parameters against the reference's, by their full-model names.
+    const StateDict want = ref->state_dict();
+    double worst = 0;
+    int64_t compared = 0;
+    for (const auto& [name, t] : pipe.stage_module().state_dict()) {
+      worst = std::max(worst, max_diff(t, want.at(name)));
+      ++compared;
+    }
+    CHECK(compared > 0);
+    CHECK(worst <= kTol);
+    // Stored activations: GPipe m on every stage; 1F1B min(p - s, m) <= p.
+    const int64_t peak = pipe.peak_stored_activations();
+    if (c.schedule == PipelineSchedule::GPipe) {
+      CHECK(peak == c.micro_batches);
+    } else {
+      CHECK(peak == std::min(p - g.rank(), c.micro_batches));
+      CHECK(peak <= p);
+    }
+    // The gathered state dict is the full model's: a single process loads it.
+    StateDict full = pipe.full_state_dict(0);
+    if (g.rank() == 0) {
+      CHECK(full.keys() == want.keys());
+      auto single = mlp(99);
+      single->load_state_dict(full);
+      double w = 0;
+      for (const auto& [name, t] : single->state_dict())
+        w = std::max(w, max_diff(t, want.at(name)));
+      CHECK(w <= kTol);
+    } else {
+      CHECK(full.empty());
+    }
+    // And back: a pipeline over a fresh model takes this stage's part of the full state.
+    Pipeline again(mlp(98), {.cuts = cuts, .micro_batches = 1});
+    again.load_full_state_dict(want);
+    for (const auto& [name, t] : again.stage_module().state_dict())
+      CHECK(max_diff(t, want.at(name)) == 0.0);
+  }
+}
+
+TEST_CASE("Pipeline: balanced cuts and argument errors", "[mpi][pipeline]") {
+  ProcessGroup& g = default_group();
+  auto model = mlp(1);
+  // Parameter counts 30, 42 x 6, 21: two stages balance at [0, 4) 156 | [4, 8) 147.
+  CHECK(Pipeline::balanced_cuts(*model, 2) == std::vector<int64_t>{4});
+  CHECK(Pipeline::balanced_cuts(*model, 1).empty());
+  CHECK_THROWS_WITH(Pipeline::balanced_cuts(*model, 9), Catch::Contains("8 modules cannot fill 9"));
+  CHECK_THROWS_WITH(Pipeline(model, {.micro_batches = 0}), Catch::Contains("micro_batches = 0"));
+  if (g.size() > 1) {
+    CHECK_THROWS_WITH(
+        Pipeline(model, {.cuts = std::vector<int64_t>(static_cast<size_t>(g.size()), 1)}),
+        Catch::Contains("cut points for"));
+    std::vector<int64_t> bad(static_cast<size_t>(g.size() - 1), 0);
+    CHECK_THROWS_WITH(Pipeline(model, {.cuts = bad}), Catch::Contains("must increase strictly"));
+  }
+  CHECK(std::string(schedule_name(parse_schedule("1f1b"))) == "1f1b");
+  CHECK_THROWS_WITH(parse_schedule("zb"), Catch::Contains("choose gpipe or 1f1b"));
+  if (g.size() == 2) {
+    // Both ends check the batch (with 2 stages they are all the stages, so all ranks throw).
+    Pipeline pipe(model, {.micro_batches = 5});
+    CHECK_THROWS_WITH(
+        pipe.forward_backward(zeros({4, 4}, DType::f64), zeros({4, 3}, DType::f64), mse),
+        Catch::Contains("a batch of 4 cannot make 5 micro-batches"));
+  }
+  g.barrier().wait();
+}
+
+TEST_CASE("RankLayout: coordinates, groups and the printed table", "[mpi][groups]") {
+  ProcessGroup& g = default_group();
+  const int n = g.size(), me = g.rank();
+  const int pp = n % 2 == 0 ? 2 : n;
+  RankLayout layout({.pipeline = pp, .print = false});
+  CHECK(layout.pipeline_size() * layout.data_size() * layout.tensor_size() == n);
+  CHECK(layout.rank_of(layout.stage(), layout.replica(), layout.tensor_rank()) == me);
+  CHECK(layout.pipeline_group().size() == pp);
+  CHECK(layout.pipeline_group().rank() == layout.stage());
+  CHECK(layout.data_group().size() == layout.data_size());
+  CHECK(layout.data_group().rank() == layout.replica());
+  CHECK(layout.tensor_group().size() == 1);
+  // The pipeline group's members are the ranks of this replica, one per stage.
+  Tensor t = full({1}, me, DType::i64);
+  layout.pipeline_group().all_reduce(t).wait();
+  int64_t want = 0;
+  for (int s = 0; s < pp; ++s) want += layout.rank_of(s, layout.replica(), 0);
+  CHECK(t.item<int64_t>() == want);
+  CHECK_THAT(layout.str(), Catch::Contains(std::to_string(n) + " ranks = " + std::to_string(pp) +
+                                           " pipeline stage"));
+  if (n == 4) {
+    RankLayout l2({.pipeline = 2, .data = 1, .tensor = 2, .print = false});
+    CHECK(l2.tensor_rank() == me % 2);
+    CHECK(l2.stage() == me / 2);
+    CHECK(l2.tensor_group().size() == 2);
+    CHECK_THAT(l2.str(), Catch::Contains("stage 1: replica 0 ranks 2 3"));
+  }
+  CHECK_THROWS_WITH(RankLayout({.pipeline = n + 1, .print = false}),
+                    Catch::Contains("cannot be divided"));
+  CHECK_THROWS_WITH(RankLayout({.pipeline = 1, .data = n + 1, .print = false}),
+                    Catch::Contains("but the group has"));
+}
+
+TEST_CASE("Pipeline x data parallelism: 2 stages x 2 replicas match one process",
+          "[mpi][pipeline]") {
+  ProcessGroup& g = default_group();
+  if (g.size() != 4) return;
+  RankLayout layout({.pipeline = 2});  // prints the layout once, on rank 0
+  auto ref = mlp(21);
+  Pipeline pipe(mlp(21), {.group = &layout.pipeline_group(), .micro_batches = 3});
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.1});
+  optim::SGD opt(pipe.parameters(), {.lr = 0.1});
+  Generator gen(8);
+  for (int step = 0; step < 20; ++step) {
+    Tensor x = randn({16, 4}, DType::f64, &gen), y = randn({16, 3}, DType::f64, &gen);
+    ref_opt.zero_grad();
+    mse_loss((*ref)(x), y).backward();
+    ref_opt.step();
+    // Replica d trains on rows [8d, 8d + 8); the average of the two halves' mean-loss
+    // gradients is the full batch's.
+    opt.zero_grad();
+    const int64_t r0 = 8 * layout.replica();
+    pipe.forward_backward(x.narrow(0, r0, 8), y.narrow(0, r0, 8), mse);
+    for (const Tensor& prm : pipe.parameters())
+      layout.data_group().all_reduce(prm.grad(), ReduceOp::Avg).wait();
+    opt.step();
+  }
+  const StateDict want = ref->state_dict();
+  double worst = 0;
+  for (const auto& [name, t] : pipe.stage_module().state_dict())
+    worst = std::max(worst, max_diff(t, want.at(name)));
+  CHECK(worst <= kTol);
+}
