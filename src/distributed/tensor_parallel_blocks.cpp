@@ -146,72 +146,24 @@ std::pair<Tensor, Tensor> TensorParallelMultiheadAttention::forward(
     const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& key_padding_mask,
     bool need_weights, const Tensor& attn_mask, bool average_attn_weights, bool is_causal) {
   const char* op = "TensorParallelMultiheadAttention";
-  DLTRAIN_CHECK(query.defined() && key.defined() && value.defined(), op,
-                ": query, key and value must all be defined (self-attention passes the same "
-                "tensor three times)");
   const bool bf = options.batch_first;
-  const char* layout = bf ? "[N, L, E]" : "[L, N, E]";
-  DLTRAIN_CHECK(query.dim() == 3 || query.dim() == 2, op, ": query must be ", layout,
-                " (batch_first = ", bf ? "true" : "false", ") or unbatched [L, E] but has shape ",
-                shape_str(query.shape()));
-  DLTRAIN_CHECK(key.dim() == query.dim() && value.dim() == query.dim(), op, ": key ",
-                shape_str(key.shape()), " and value ", shape_str(value.shape()),
-                " must have the query's rank (", query.dim(), "-d, query ",
-                shape_str(query.shape()), ")");
-  const bool batched = query.dim() == 3;
-  const int64_t sd = batched && bf ? 1 : 0, nd = 1 - sd;  // sequence and batch dims
-  auto as3 = [&](const Tensor& t) { return batched ? t : t.unsqueeze(1); };
-  const Tensor q3 = as3(query), k3 = as3(key), v3 = as3(value);
-  const int64_t N = q3.size(nd), L = q3.size(sd), S = k3.size(sd), E = embed_dim, H = num_heads,
-                Hl = heads_per_rank, D = head_dim, El = Hl * D, r = group().rank();
-  DLTRAIN_CHECK(q3.size(2) == E, op, ": query ", shape_str(query.shape()), " has ", q3.size(2),
-                " features in its last dim but embed_dim is ", E);
-  DLTRAIN_CHECK(k3.size(2) == kdim && v3.size(2) == vdim, op, ": key ", shape_str(key.shape()),
-                " and value ", shape_str(value.shape()), " must have kdim = ", kdim,
-                " and vdim = ", vdim, " features in their last dim");
-  DLTRAIN_CHECK(k3.size(nd) == N && v3.size(nd) == N && v3.size(sd) == S, op, ": key ",
-                shape_str(key.shape()), " and value ", shape_str(value.shape()),
-                " must have the query's batch size ", N,
-                " and the same sequence length; the layout is ", batched ? layout : "[S, E]");
+  const nn::detail::AttentionInputs in =
+      nn::detail::check_attention_inputs(op, query, key, value, bf, embed_dim, kdim, vdim);
+  const bool batched = in.batched;
+  const int64_t N = in.N, L = in.L, S = in.S, E = embed_dim, H = num_heads, Hl = heads_per_rank,
+                D = head_dim, El = Hl * D, r = group().rank();
 
   // Column-parallel projections of the replicated inputs (f on each distinct input).
   const bool kv_same = key.impl() == value.impl(), qk_same = query.impl() == key.impl();
-  const Tensor qf = copy_to_tensor_parallel_region(q3, group());
-  const Tensor kf = qk_same ? qf : copy_to_tensor_parallel_region(k3, group());
-  const Tensor vf = kv_same ? kf : copy_to_tensor_parallel_region(v3, group());
-  auto bias_rows = [&](int64_t chunk, int64_t n) {
-    return in_proj_bias.defined() ? in_proj_bias.narrow(0, chunk * El, n * El) : Tensor();
-  };
-  Tensor qp, kp, vp;
-  if (in_proj_weight.defined()) {
-    if (kv_same && qk_same) {
-      const Tensor qkv = linear(qf, in_proj_weight, in_proj_bias);
-      qp = qkv.narrow(2, 0, El);
-      kp = qkv.narrow(2, El, El);
-      vp = qkv.narrow(2, 2 * El, El);
-    } else {
-      qp = linear(qf, in_proj_weight.narrow(0, 0, El), bias_rows(0, 1));
-      if (kv_same) {
-        const Tensor kv = linear(kf, in_proj_weight.narrow(0, El, 2 * El), bias_rows(1, 2));
-        kp = kv.narrow(2, 0, El);
-        vp = kv.narrow(2, El, El);
-      } else {
-        kp = linear(kf, in_proj_weight.narrow(0, El, El), bias_rows(1, 1));
-        vp = linear(vf, in_proj_weight.narrow(0, 2 * El, El), bias_rows(2, 1));
-      }
-    }
-  } else {
-    qp = linear(qf, q_proj_weight, bias_rows(0, 1));
-    kp = linear(kf, k_proj_weight, bias_rows(1, 1));
-    vp = linear(vf, v_proj_weight, bias_rows(2, 1));
-  }
-  // [.., El] -> [N, Hl, len, D].
-  auto heads = [&](const Tensor& t, int64_t len) {
-    Shape s = bf && batched ? Shape{N, len, Hl, D} : Shape{len, N, Hl, D};
-    const Tensor h = t.reshape(s);
-    return bf && batched ? h.permute({0, 2, 1, 3}) : h.permute({1, 2, 0, 3});
-  };
-  const Tensor qh = heads(qp, L), kh = heads(kp, S), vh = heads(vp, S);
+  const Tensor qf = copy_to_tensor_parallel_region(in.q3, group());
+  const Tensor kf = qk_same ? qf : copy_to_tensor_parallel_region(in.k3, group());
+  const Tensor vf = kv_same ? kf : copy_to_tensor_parallel_region(in.v3, group());
+  const nn::detail::Projections pr =
+      nn::detail::project_qkv(qf, kf, vf, qk_same, kv_same, in_proj_weight, in_proj_bias,
+                              q_proj_weight, k_proj_weight, v_proj_weight, El);
+  const Tensor qh = nn::detail::split_heads(pr.q, in, L, Hl, D, bf),
+               kh = nn::detail::split_heads(pr.k, in, S, Hl, D, bf),
+               vh = nn::detail::split_heads(pr.v, in, S, Hl, D, bf);
 
   // The ordinary module's merged mask, then this rank's heads of a per-head one.
   Tensor mask = nn::detail::merge_attention_masks(op, attn_mask, key_padding_mask, is_causal,

@@ -95,6 +95,85 @@ Tensor merge_attention_masks(const char* op, const Tensor& attn_mask,
   return mask;
 }
 
+AttentionInputs check_attention_inputs(const char* op, const Tensor& query, const Tensor& key,
+                                       const Tensor& value, bool batch_first, int64_t embed_dim,
+                                       int64_t kdim, int64_t vdim) {
+  DLTRAIN_CHECK(query.defined() && key.defined() && value.defined(), op,
+                ": query, key and value must all be defined (self-attention passes the same "
+                "tensor three times)");
+  const bool bf = batch_first;
+  const char* layout = bf ? "[N, L, E]" : "[L, N, E]";
+  DLTRAIN_CHECK(query.dim() == 3 || query.dim() == 2, op, ": query must be ", layout,
+                " (batch_first = ", bf ? "true" : "false", ") or unbatched [L, E] but has shape ",
+                shape_str(query.shape()));
+  DLTRAIN_CHECK(key.dim() == query.dim() && value.dim() == query.dim(), op, ": key ",
+                shape_str(key.shape()), " and value ", shape_str(value.shape()),
+                " must have the query's rank (", query.dim(), "-d, query ",
+                shape_str(query.shape()), ")");
+  AttentionInputs in;
+  in.batched = query.dim() == 3;
+  in.sd = in.batched && bf ? 1 : 0;
+  in.nd = 1 - in.sd;
+  auto as3 = [&](const Tensor& t) { return in.batched ? t : t.unsqueeze(1); };
+  in.q3 = as3(query);
+  in.k3 = as3(key);
+  in.v3 = as3(value);
+  in.N = in.q3.size(in.nd);
+  in.L = in.q3.size(in.sd);
+  in.S = in.k3.size(in.sd);
+  DLTRAIN_CHECK(in.q3.size(2) == embed_dim, op, ": query ", shape_str(query.shape()), " has ",
+                in.q3.size(2), " features in its last dim but embed_dim is ", embed_dim);
+  DLTRAIN_CHECK(in.k3.size(2) == kdim && in.v3.size(2) == vdim, op, ": key ",
+                shape_str(key.shape()), " and value ", shape_str(value.shape()),
+                " must have kdim = ", kdim, " and vdim = ", vdim, " features in their last dim");
+  DLTRAIN_CHECK(in.k3.size(in.nd) == in.N && in.v3.size(in.nd) == in.N && in.v3.size(in.sd) == in.S,
+                op, ": key ", shape_str(key.shape()), " and value ", shape_str(value.shape()),
+                " must have the query's batch size ", in.N,
+                " and the same sequence length; the layout is ", in.batched ? layout : "[S, E]");
+  return in;
+}
+
+Projections project_qkv(const Tensor& q3, const Tensor& k3, const Tensor& v3, bool qk_same,
+                        bool kv_same, const Tensor& in_proj_weight, const Tensor& in_proj_bias,
+                        const Tensor& q_proj_weight, const Tensor& k_proj_weight,
+                        const Tensor& v_proj_weight, int64_t W) {
+  auto bias_rows = [&](int64_t chunk, int64_t n) {
+    return in_proj_bias.defined() ? in_proj_bias.narrow(0, chunk * W, n * W) : Tensor();
+  };
+  Projections p;
+  if (in_proj_weight.defined()) {
+    if (kv_same && qk_same) {
+      const Tensor qkv = linear(q3, in_proj_weight, in_proj_bias);
+      p.q = qkv.narrow(2, 0, W);
+      p.k = qkv.narrow(2, W, W);
+      p.v = qkv.narrow(2, 2 * W, W);
+    } else {
+      p.q = linear(q3, in_proj_weight.narrow(0, 0, W), bias_rows(0, 1));
+      if (kv_same) {
+        const Tensor kv = linear(k3, in_proj_weight.narrow(0, W, 2 * W), bias_rows(1, 2));
+        p.k = kv.narrow(2, 0, W);
+        p.v = kv.narrow(2, W, W);
+      } else {
+        p.k = linear(k3, in_proj_weight.narrow(0, W, W), bias_rows(1, 1));
+        p.v = linear(v3, in_proj_weight.narrow(0, 2 * W, W), bias_rows(2, 1));
+      }
+    }
+  } else {
+    p.q = linear(q3, q_proj_weight, bias_rows(0, 1));
+    p.k = linear(k3, k_proj_weight, bias_rows(1, 1));
+    p.v = linear(v3, v_proj_weight, bias_rows(2, 1));
+  }
+  return p;
+}
+
+Tensor split_heads(const Tensor& t, const AttentionInputs& in, int64_t len, int64_t H, int64_t D,
+                   bool batch_first) {
+  const bool bfb = batch_first && in.batched;
+  Shape s = bfb ? Shape{in.N, len, H, D} : Shape{len, in.N, H, D};
+  const Tensor h = t.reshape(s);
+  return bfb ? h.permute({0, 2, 1, 3}) : h.permute({1, 2, 0, 3});
+}
+
 }  // namespace detail
 
 // --- MultiheadAttention -------------------------------------------------------------
@@ -156,70 +235,17 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
                                                       bool need_weights, const Tensor& attn_mask,
                                                       bool average_attn_weights, bool is_causal) {
   const char* op = "MultiheadAttention";
-  DLTRAIN_CHECK(query.defined() && key.defined() && value.defined(), op,
-                ": query, key and value must all be defined (self-attention passes the same "
-                "tensor three times)");
   const bool bf = options.batch_first;
-  const char* layout = bf ? "[N, L, E]" : "[L, N, E]";
-  DLTRAIN_CHECK(query.dim() == 3 || query.dim() == 2, op, ": query must be ", layout,
-                " (batch_first = ", bf ? "true" : "false", ") or unbatched [L, E] but has shape ",
-                shape_str(query.shape()));
-  DLTRAIN_CHECK(key.dim() == query.dim() && value.dim() == query.dim(), op, ": key ",
-                shape_str(key.shape()), " and value ", shape_str(value.shape()),
-                " must have the query's rank (", query.dim(), "-d, query ",
-                shape_str(query.shape()), ")");
-  const bool batched = query.dim() == 3;
-  // Batched tensors as they are; unbatched [L, E] as seq-first [L, 1, E].
-  const int64_t sd = batched && bf ? 1 : 0, nd = 1 - sd;  // sequence and batch dims
-  auto as3 = [&](const Tensor& t) { return batched ? t : t.unsqueeze(1); };
-  const Tensor q3 = as3(query), k3 = as3(key), v3 = as3(value);
-  const int64_t N = q3.size(nd), L = q3.size(sd), S = k3.size(sd), E = embed_dim, H = num_heads,
-                D = head_dim;
-  DLTRAIN_CHECK(q3.size(2) == E, op, ": query ", shape_str(query.shape()), " has ", q3.size(2),
-                " features in its last dim but embed_dim is ", E);
-  DLTRAIN_CHECK(k3.size(2) == kdim && v3.size(2) == vdim, op, ": key ", shape_str(key.shape()),
-                " and value ", shape_str(value.shape()), " must have kdim = ", kdim,
-                " and vdim = ", vdim, " features in their last dim");
-  DLTRAIN_CHECK(k3.size(nd) == N && v3.size(nd) == N && v3.size(sd) == S, op, ": key ",
-                shape_str(key.shape()), " and value ", shape_str(value.shape()),
-                " must have the query's batch size ", N,
-                " and the same sequence length; the layout is ", batched ? layout : "[S, E]");
-
-  // Projections.
-  Tensor qp, kp, vp;
-  auto bias_rows = [&](int64_t from, int64_t n) {
-    return in_proj_bias.defined() ? in_proj_bias.narrow(0, from, n) : Tensor();
-  };
-  if (in_proj_weight.defined()) {
-    const bool kv_same = key.impl() == value.impl();
-    if (kv_same && query.impl() == key.impl()) {
-      const Tensor qkv = linear(q3, in_proj_weight, in_proj_bias);
-      qp = qkv.narrow(2, 0, E);
-      kp = qkv.narrow(2, E, E);
-      vp = qkv.narrow(2, 2 * E, E);
-    } else {
-      qp = linear(q3, in_proj_weight.narrow(0, 0, E), bias_rows(0, E));
-      if (kv_same) {
-        const Tensor kv = linear(k3, in_proj_weight.narrow(0, E, 2 * E), bias_rows(E, 2 * E));
-        kp = kv.narrow(2, 0, E);
-        vp = kv.narrow(2, E, E);
-      } else {
-        kp = linear(k3, in_proj_weight.narrow(0, E, E), bias_rows(E, E));
-        vp = linear(v3, in_proj_weight.narrow(0, 2 * E, E), bias_rows(2 * E, E));
-      }
-    }
-  } else {
-    qp = linear(q3, q_proj_weight, bias_rows(0, E));
-    kp = linear(k3, k_proj_weight, bias_rows(E, E));
-    vp = linear(v3, v_proj_weight, bias_rows(2 * E, E));
-  }
-  // [.., E] -> [N, H, len, D].
-  auto heads = [&](const Tensor& t, int64_t len) {
-    Shape s = bf && batched ? Shape{N, len, H, D} : Shape{len, N, H, D};
-    const Tensor h = t.reshape(s);
-    return bf && batched ? h.permute({0, 2, 1, 3}) : h.permute({1, 2, 0, 3});
-  };
-  const Tensor qh = heads(qp, L), kh = heads(kp, S), vh = heads(vp, S);
+  const detail::AttentionInputs in =
+      detail::check_attention_inputs(op, query, key, value, bf, embed_dim, kdim, vdim);
+  const bool batched = in.batched;
+  const int64_t N = in.N, L = in.L, S = in.S, E = embed_dim, H = num_heads, D = head_dim;
+  const detail::Projections pr = detail::project_qkv(
+      in.q3, in.k3, in.v3, query.impl() == key.impl(), key.impl() == value.impl(), in_proj_weight,
+      in_proj_bias, q_proj_weight, k_proj_weight, v_proj_weight, E);
+  const Tensor qh = detail::split_heads(pr.q, in, L, H, D, bf),
+               kh = detail::split_heads(pr.k, in, S, H, D, bf),
+               vh = detail::split_heads(pr.v, in, S, H, D, bf);
 
   const Tensor mask = detail::merge_attention_masks(op, attn_mask, key_padding_mask, is_causal,
                                                     batched, N, H, L, S, qh.options());
