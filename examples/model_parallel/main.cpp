@@ -249,8 +249,7 @@ int main(int argc, char** argv) {
     }
     double acc = -1;
     if (run.rank == 0 && !full.empty()) {
-      Args plain = args;
-      auto reference = make_vit(plain, nullptr);
+      auto reference = make_vit(args, nullptr);
       reference->load_state_dict(full);
       reference->eval();
       NoGradGuard ng;

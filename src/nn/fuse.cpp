@@ -83,7 +83,6 @@ FuseReport fuse_conv_bn(Module& model, const Tensor& example_input) {
     BatchNorm* bn;
   };
   std::vector<Pair> pairs;
-  std::map<const void*, Conv2d*> conv_of_output;  // output tensor storage -> its convolution
   Tensor last_conv_out;
   Conv2d* last_conv = nullptr;
   std::vector<uint64_t> handles;
