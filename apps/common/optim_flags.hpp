@@ -48,6 +48,9 @@ struct OptimFlags {
   /// --zero STAGE (add_zero_to): 1 shards the optimizer state over the data-parallel ranks,
   /// 2 the gradients too.
   int64_t zero = 0;
+  /// --accumulation-steps K (add_accumulation_to): batches whose gradients one optimizer step
+  /// sums.
+  int64_t accumulation_steps = 1;
 
   void add_to(cli::Flags& f) {
     f.group(cli::group::kLargeBatch);
@@ -63,6 +66,15 @@ struct OptimFlags {
     f.add_switch("--no-bn-weight-decay", &no_bn_weight_decay,
                  "no weight decay (and no LARS/LAMB trust ratio) on normalisation weights and "
                  "biases");
+  }
+  /// --accumulation-steps, for programs whose loop accumulates (train::TrainStep::
+  /// set_accumulation); in the large-batch group, after add_to's flags.
+  void add_accumulation_to(cli::Flags& f) {
+    f.group(cli::group::kLargeBatch);
+    f.add("--accumulation-steps", &accumulation_steps,
+          "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
+          "ranks x batch size x this)")
+        .positive();
   }
   /// --zero, for programs that train data-parallel.
   void add_zero_to(cli::Flags& f) {

@@ -10,6 +10,13 @@ fastest path; a DataLoader over a TensorDataset would be slower).
 
 --channels-last stores the weights and every batch channels-last (NHWC), as the example's
 --channels-last does.
+
+The large-batch flags are the example's: --optimizer sgd|lars|lamb, --lr-schedule
+onecycle|cosine|poly, --warmup-epochs E, --no-bn-weight-decay, --accumulation-steps K (the
+loss of each of K batches divided by the cycle's length, one optimizer step per cycle, the
+epoch's last cycle short). PyTorch has no LARS or LAMB: the classes below are written from the
+papers' pseudo-code exactly as the reference of tests/optim/test_lars_lamb.cpp is (the variants
+optim/lars.hpp and optim/lamb.hpp implement), in f32 like dltrain's state.
 """
 import argparse
 import gzip
@@ -45,6 +52,111 @@ def load(root, split):
     return x, torch.from_numpy(y.astype(np.int64))
 
 
+class LARS(torch.optim.Optimizer):
+    """You et al. 2017, Algorithm 1: v = m v + lr * ratio * (g + wd w), w -= v, with ratio =
+    eta |w| / (|g| + wd |w| + eps) when both norms are positive and the group adapts, else 1."""
+
+    def __init__(self, groups, lr, momentum=0.9, weight_decay=0.0, trust_coefficient=0.001,
+                 eps=0.0):
+        super().__init__(groups, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      trust_coefficient=trust_coefficient, eps=eps,
+                                      trust_ratio=True))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                d, wd = p.grad, g["weight_decay"]
+                ratio = 1.0
+                if g["trust_ratio"]:
+                    wn, gn = p.norm().item(), d.norm().item()
+                    if wn > 0 and gn > 0:
+                        ratio = g["trust_coefficient"] * wn / (gn + wd * wn + g["eps"])
+                u = d.add(p, alpha=wd) if wd != 0 else d.clone()
+                st = self.state[p]
+                if "momentum_buffer" not in st:
+                    st["momentum_buffer"] = torch.zeros_like(p)
+                v = st["momentum_buffer"]
+                v.mul_(g["momentum"]).add_(u, alpha=g["lr"] * ratio)
+                p.sub_(v)
+
+
+class LAMB(torch.optim.Optimizer):
+    """You et al. 2019, Algorithm 2: Adam's bias-corrected moments, r = m^ / (sqrt(v^) + eps)
+    + wd w, w -= lr * ratio * r with ratio = min(|w| / |r|, clip) when both norms are positive
+    and the group adapts, else 1."""
+
+    def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0,
+                 max_trust_ratio=float("inf")):
+        super().__init__(groups, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      max_trust_ratio=max_trust_ratio, trust_ratio=True))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if not st:
+                    st["step"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                st["step"] += 1
+                t = st["step"]
+                st["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
+                st["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                r = (st["m"] / (1 - b1 ** t)) / ((st["v"] / (1 - b2 ** t)).sqrt() + g["eps"])
+                if g["weight_decay"] != 0:
+                    r.add_(p, alpha=g["weight_decay"])
+                ratio = 1.0
+                if g["trust_ratio"]:
+                    wn, rn = p.norm().item(), r.norm().item()
+                    if wn > 0 and rn > 0:
+                        ratio = min(wn / rn, g["max_trust_ratio"])
+                p.sub_(r, alpha=g["lr"] * ratio)
+
+
+def make_optimizer(model, a):
+    """The example's --optimizer over its groups: with --no-bn-weight-decay the BatchNorm
+    weights and biases and every bias (the 1-d tensors here) get no decay and no trust ratio,
+    as optim::param_groups_no_decay puts them."""
+    if a.no_bn_weight_decay:
+        decay = [p for p in model.parameters() if p.dim() > 1]
+        rest = [p for p in model.parameters() if p.dim() <= 1]
+        groups = [dict(params=decay), dict(params=rest, weight_decay=0.0, trust_ratio=False)]
+    else:
+        groups = [dict(params=list(model.parameters()))]
+    if a.optimizer == "lars":
+        return LARS(groups, lr=a.lr, momentum=a.mom, weight_decay=a.wd)
+    if a.optimizer == "lamb":
+        return LAMB(groups, lr=a.lr, betas=(a.mom, 0.999), weight_decay=a.wd)
+    for g in groups:
+        g.pop("trust_ratio", None)
+    return torch.optim.SGD(groups, lr=a.lr, momentum=a.mom, weight_decay=a.wd, nesterov=True)
+
+
+def make_schedule(opt, a, total, steps_per_epoch):
+    """apps/common/optim_flags.hpp's make_schedule: onecycle, or cosine / poly (power 2, to 0)
+    after a LinearLR warm-up from lr/1000, per optimizer step."""
+    S = torch.optim.lr_scheduler
+    if a.lr_schedule == "onecycle":
+        return S.OneCycleLR(opt, a.lr, total_steps=max(total, 1))
+    warm = max(min(round(a.warmup_epochs * steps_per_epoch), total - 1), 0)
+
+    def decay(steps):
+        steps = max(steps, 1)
+        if a.lr_schedule == "cosine":
+            return S.CosineAnnealingLR(opt, steps)
+        return S.PolynomialLR(opt, steps, power=2.0)
+    if warm == 0:
+        return decay(total)
+    ramp = S.LinearLR(opt, 1e-3, 1.0, warm)
+    after = decay(total - warm)
+    return S.SequentialLR(opt, [ramp, after], [warm])
+
+
 def make_model():
     return nn.Sequential(
         nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
@@ -65,6 +177,11 @@ def main():
     p.add_argument("--test", action="store_true")
     p.add_argument("--test-nsteps", type=int, default=50)
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--optimizer", choices=["sgd", "lars", "lamb"], default="sgd")
+    p.add_argument("--lr-schedule", choices=["onecycle", "cosine", "poly"], default="onecycle")
+    p.add_argument("--warmup-epochs", type=float, default=0.0)
+    p.add_argument("--no-bn-weight-decay", action="store_true")
+    p.add_argument("--accumulation-steps", type=int, default=1)
     p.add_argument("--json")
     p.add_argument("--compare", help="dltrain JSON report to compare with")
     a = p.parse_args()
@@ -80,11 +197,12 @@ def main():
         # a 1-channel batch is dense in both layouts: label it NHWC (its strides), as PyTorch
         # does for x.contiguous(memory_format=channels_last)
         xte = xte.contiguous(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.mom, weight_decay=a.wd,
-                          nesterov=True)
-    steps_per_epoch = len(xtr) // a.batch_size
+    opt = make_optimizer(model, a)
+    batches_per_epoch = len(xtr) // a.batch_size
+    K = a.accumulation_steps
+    steps_per_epoch = (batches_per_epoch + K - 1) // K  # optimizer steps
     total = a.test_nsteps if a.test else steps_per_epoch * a.epochs
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, a.lr, total_steps=total)
+    sched = make_schedule(opt, a, total, steps_per_epoch)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     reports, step, done = [], 0, False
     fwd, bwd = [], []
@@ -96,16 +214,21 @@ def main():
         perm = torch.randperm(len(xtr), generator=g)
         t_epoch = time.perf_counter()
         loss_sum, seen, nb = 0.0, 0, 0
-        for b in range(steps_per_epoch):
+        for b in range(batches_per_epoch):
             idx = perm[b * a.batch_size:(b + 1) * a.batch_size]
             x, y = xtr[idx].contiguous(memory_format=fmt), ytr[idx]
+            micro = b % K  # position in the accumulation cycle, and the cycle's length
+            cycle = min(K, batches_per_epoch - (b - micro))
             t1 = time.perf_counter()
             loss = F.cross_entropy(model(x), y)
             t2 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
+            if micro == 0:
+                opt.zero_grad(set_to_none=True)
+            (loss / cycle if cycle > 1 else loss).backward()
+            if micro + 1 == cycle:
+                opt.step()
+                sched.step()
+                step += 1
             l = loss.item()
             t3 = time.perf_counter()
             fwd.append(t2 - t1)
@@ -113,8 +236,7 @@ def main():
             loss_sum += l
             seen += len(idx)
             nb += 1
-            step += 1
-            if a.test and step >= a.test_nsteps:
+            if a.test and micro + 1 == cycle and step >= a.test_nsteps:
                 done = True
                 break
         train_time = time.perf_counter() - t_epoch
@@ -134,7 +256,9 @@ def main():
                                          r["test_loss"], r["test_acc"], r["img_per_s"]))
     med = lambda v: sorted(v)[len(v) // 2] * 1e3
     out = dict(framework="pytorch " + torch.__version__, threads=torch.get_num_threads(),
-               batch_size=a.batch_size, channels_last=a.channels_last, steps=len(fwd),
+               batch_size=a.batch_size, lr=a.lr, seed=a.seed, optimizer=a.optimizer,
+               lr_schedule=a.lr_schedule, warmup_epochs=a.warmup_epochs, accumulation_steps=K,
+               global_batch=a.batch_size * K, channels_last=a.channels_last, steps=len(fwd),
                step_ms=dict(forward=med(fwd), backward=med(bwd)), epochs=reports)
     if a.json:
         with open(a.json, "w") as f:

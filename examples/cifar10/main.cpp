@@ -8,7 +8,8 @@
 //   cifar10 --data DIR [--arch resnet18] [--batch-size 128] [--epochs 30] [--lr 0.1]
 //           [--wd 5e-4] [--mom 0.9] [--label-smoothing 0.1] [--channels-last] [--seed 0]
 //           [--threads N] [--test] [--test-nsteps 50] [--json PATH]
-//           [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
+//           [--auto-augment trivial|rand|imagenet] [--random-erasing P [--random-erasing-value
+//           mean|random]] [--mixup A] [--cutmix A]
 //           [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly] [--warmup-epochs E]
 //           [--no-bn-weight-decay] [--ema DECAY [--ema-warmup] [--ema-every K]]
 //           [--amp [--amp-dtype f16|bf16]] [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
@@ -201,13 +202,8 @@ int main(int argc, char** argv) {
     Generator aug_gen(a.seed + 1);
     std::vector<std::shared_ptr<const data::Augmentation>> augs;
     if (a.aug.auto_augment != "none") augs.push_back(data::make_auto_augment(a.aug.auto_augment));
-    if (a.aug.random_erasing > 0) {
-      std::vector<uint8_t> fill;  // the mean: 0 after normalisation, as torchvision's recipe
-      for (float m : norm.mean) fill.push_back(static_cast<uint8_t>(std::lround(255.f * m)));
-      augs.push_back(std::make_shared<data::RandomErasing>(a.aug.random_erasing,
-                                                           std::array<double, 2>{0.02, 0.33},
-                                                           std::array<double, 2>{0.3, 3.3}, fill));
-    }
+    // The mean (0 after normalisation, as torchvision's recipe) or --random-erasing-value random.
+    if (auto erase = a.aug.make_random_erasing(norm.mean, norm.std)) augs.push_back(erase);
     for (const auto& aug : augs) std::printf("augment: %s\n", aug->repr().c_str());
     // --mixup / --cutmix: soft labels from the batch rolled by one (torchvision v2).
     Generator mix_gen(a.seed + 2);

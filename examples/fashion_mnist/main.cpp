@@ -10,6 +10,11 @@
 //                 [--persistent-workers] [--amp [--amp-dtype f16|bf16]] [--channels-last]
 //                 [--metrics FILE.csv|FILE.jsonl] [--tensorboard DIR]
 //                 [--profile FILE.json [--profile-steps 5] [--profile-warmup 2] [--profile-shapes]]
+//                 [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly]
+//                 [--warmup-epochs E] [--no-bn-weight-decay] [--accumulation-steps K]
+// The large-batch lesson (docs/performance.md, "Large batches"): --accumulation-steps K sums
+// the gradients of K batches per optimizer step (DDP all-reduces once per step), so the global
+// batch is ranks x batch size x K; LARS or LAMB and a warm-up keep such batches trainable.
 // Data parallel: run it under `mpirun -np N` or `srun` and each rank trains on its share of
 // the data (DistributedSampler) with --batch-size per rank (global batch = N x batch size),
 // gradients averaged by DistributedDataParallel; rank 0 prints and writes checkpoints and the
@@ -32,11 +37,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/common/example_util.hpp"
+#include "apps/common/optim_flags.hpp"
 #include "apps/common/training.hpp"
 #include "dltrain/data/dataloader.hpp"
 #include "dltrain/data/vision.hpp"
@@ -59,6 +67,7 @@ struct Args : CommonFlags {
   double wd = 5e-4;
   double mom = 0.9;
   bool sync_bn = false;
+  OptimFlags optim;
 };
 
 // Parses the flags into an Args (exits with status 2 naming the flag on a bad one).
@@ -71,7 +80,9 @@ Args parse(int argc, char** argv) {
                "flags of the IDRIS course script; prints per-epoch figures and the chronometer.");
   a.add_training(f);
   f.add("--wd", &a.wd, "weight decay").min(0);
-  f.add("--mom", &a.mom, "momentum (nesterov)").min(0);
+  f.add("--mom", &a.mom, "momentum (nesterov for SGD; LARS's; LAMB's beta1)").min(0);
+  a.optim.add_to(f);
+  a.optim.add_accumulation_to(f);
   a.add_test(f);
   a.add_data(f, "the Fashion-MNIST IDX files (gzipped or not)");
   a.add_loader(f);
@@ -83,6 +94,7 @@ Args parse(int argc, char** argv) {
   a.add_report(f);
   a.prof.add_to(f);
   a.parse(f, argc, argv);
+  a.optim.check(f);
   return a;
 }
 
@@ -119,11 +131,18 @@ int main(int argc, char** argv) {
     data::DataLoader train_loader(train_set, train_sampler, lo);
     data::DataLoader test_loader = test_sampler ? data::DataLoader(test_set, test_sampler, to)
                                                 : data::DataLoader(test_set, to);
+    const int64_t accum = args.optim.accumulation_steps;
     if (ranks > 1)
       std::printf(
           "data parallel: %d ranks (%s), %lld images per rank and step, global batch %lld\n", ranks,
-          backend, static_cast<long long>(args.batch_size),
-          static_cast<long long>(args.batch_size * ranks));
+          backend, static_cast<long long>(args.batch_size * accum),
+          static_cast<long long>(args.batch_size * ranks * accum));
+    if (accum > 1)
+      std::printf(
+          "gradient accumulation: %lld batches of %lld per optimizer step and rank, global batch "
+          "%lld\n",
+          static_cast<long long>(accum), static_cast<long long>(args.batch_size),
+          static_cast<long long>(args.batch_size * ranks * accum));
 
     auto model = fashion_mnist::make_model();
     model->to(device);
@@ -135,13 +154,19 @@ int main(int argc, char** argv) {
     if (args.sync_bn) distributed::convert_sync_batchnorm(model);
     // Broadcasts rank 0's weights; in a world of one the reduction is the identity.
     distributed::DistributedDataParallel ddp(model);
-    optim::SGD opt(
-        model->parameters(),
-        {.lr = args.lr, .momentum = args.mom, .weight_decay = args.wd, .nesterov = true});
-    int64_t steps_per_epoch = train_loader.size();
+    // SGD with Nesterov momentum and OneCycle by default; --optimizer, --lr-schedule,
+    // --warmup-epochs, --no-bn-weight-decay and --accumulation-steps for the large-batch lesson.
+    const std::unique_ptr<optim::Optimizer> optimizer =
+        args.optim.make_optimizer(*model, args.lr, args.mom, args.wd, /*nesterov=*/true);
+    optim::Optimizer& opt = *optimizer;
+    // Optimizer steps (the epoch's last accumulation cycle may be short).
+    const int64_t steps_per_epoch = (train_loader.size() + accum - 1) / accum;
     // --test runs the first --test-nsteps steps of the full run, its schedule included.
     const int64_t total_steps = steps_per_epoch * args.epochs;
-    optim::OneCycleLR sched(opt, args.lr, total_steps);
+    const std::unique_ptr<optim::LRScheduler> schedule =
+        args.optim.make_schedule(opt, args.lr, total_steps, steps_per_epoch);
+    optim::LRScheduler& sched = *schedule;
+    std::printf("optimizer: %s\n", args.optim.describe(opt).c_str());
     nn::CrossEntropyLoss criterion;
     amp::GradScaler scaler(args.prec.scaler_options(device));
 
@@ -152,18 +177,22 @@ int main(int argc, char** argv) {
     std::map<std::string, double> final_figures;  // the last epoch's, for the hparams
     train::CheckpointFile ckpt(
         args.checkpoint, *model, opt, sched, scaler,
-        {.global_batch = args.batch_size * ranks,
+        {.global_batch = args.batch_size * ranks * accum,
          .metadata = {{"example", "fashion_mnist"}, {"ranks", std::to_string(ranks)}},
          .lr_scaling = args.lr_scaling()});
     const train::ResumePosition start = ckpt.resume(args.resume);
     bool preempted = false;
     MetricsLog metrics(args);
-    train::Progress progress(progress_options(args, steps_per_epoch, /*test_every=*/10));
+    train::Progress progress(progress_options(args, train_loader.size(), /*test_every=*/10));
     // --profile: a few training steps after warm-up, rank 0 only.
     train::ProfileWindow profiler(args.prof.window(distributed::is_main_process()));
     train::TrainStep train_step(opt, scaler,
                                 step_options(args.prec, device, &sched, start.step, &chrono,
                                              &profiler, &progress, &metrics));
+    train_step.set_accumulation(accum, train_loader.size(), [&](const std::function<void()>& f) {
+      auto guard = ddp.no_sync();
+      f();
+    });
     bool done = args.test && start.step >= args.test_nsteps;
     for (int64_t epoch = start.epoch; epoch < args.epochs && !done; ++epoch) {
       train_step.begin_epoch(*model, epoch, ckpt.begin_epoch(train_loader, epoch));
@@ -172,6 +201,10 @@ int main(int argc, char** argv) {
                             hb.target.to(device, args.non_blocking)};
         train_step.data_ready();
         train_step.run(b.size(), [&] { return criterion(ddp(b.data), b.target); });
+        if (!train_step.at_boundary()) {  // inside an accumulation cycle: nothing to save yet
+          train_step.begin();
+          continue;
+        }
         const int64_t step = train_step.step(), nb = train_step.batches();
         // Slurm's wall-time signal or a preemption: saved, stop (every rank at this step).
         if (ckpt.stop_for_requeue(epoch, step, train_loader, nb)) {
@@ -222,6 +255,10 @@ int main(int argc, char** argv) {
                     {"epochs", static_cast<double>(args.epochs)},
                     {"weight_decay", args.wd},
                     {"momentum", args.mom},
+                    {"optimizer", args.optim.optimizer},
+                    {"lr_schedule", args.optim.lr_schedule},
+                    {"warmup_epochs", args.optim.warmup_epochs},
+                    {"accumulation_steps", static_cast<double>(accum)},
                     {"ranks", static_cast<double>(ranks)},
                     {"precision", args.prec.precision(device)},
                     {"layout", std::string(args.prec.layout())}},
@@ -230,6 +267,13 @@ int main(int argc, char** argv) {
     // measures as one phase).
     nlohmann::json report = report_header(args, device, scaler);
     report.update({{"ranks", ranks},
+                   {"lr", args.lr},
+                   {"seed", args.seed},
+                   {"optimizer", args.optim.optimizer},
+                   {"lr_schedule", args.optim.lr_schedule},
+                   {"warmup_epochs", args.optim.warmup_epochs},
+                   {"accumulation_steps", accum},
+                   {"global_batch", args.batch_size * ranks * accum},
                    {"steps", chrono.summary().measured_steps},
                    {"step_ms", step_ms(chrono)},
                    {"epochs", epochs}});

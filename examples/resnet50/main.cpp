@@ -20,7 +20,8 @@
 //            [--device cpu|cuda[:N]] [--channels-last] [--amp [--amp-dtype f16|bf16]]
 //            [--threads N] [--json PATH] [--checkpoint PATH [--resume] [--checkpoint-every N]]
 //            [--accumulation-steps K] [--checkpoint-activations N]
-//            [--auto-augment trivial|rand|imagenet] [--random-erasing P] [--mixup A] [--cutmix A]
+//            [--auto-augment trivial|rand|imagenet] [--random-erasing P [--random-erasing-value
+//            mean|random]] [--mixup A] [--cutmix A]
 //            [--optimizer sgd|lars|lamb] [--lr-schedule onecycle|cosine|poly]
 //            [--warmup-epochs E] [--no-bn-weight-decay] [--recipe mlperf]
 //            [--ema DECAY [--ema-warmup] [--ema-every K]] [--zero 1|2]
@@ -95,7 +96,6 @@ struct Args : CommonFlags {
   double label_smoothing = 0.1;
   bool drop_last = true;
   int64_t checkpoint_every = 0;
-  int64_t accumulation_steps = 1;
   int64_t checkpoint_activations = 0;
   AugmentFlags aug;
   OptimFlags optim;
@@ -152,10 +152,7 @@ Args parse(int argc, char** argv) {
         "mlperf: MLPerf's ResNet-50 recipe (LARS, lr 11, 2 warm-up epochs, poly power 2 to "
         "1e-4, no decay on BN/bias, label smoothing 0.1, 35 epochs); flags given win")
       .choices({"none", "mlperf"});
-  f.add("--accumulation-steps", &a.accumulation_steps,
-        "batches whose gradients one optimizer step sums (gradient aggregation; global batch = "
-        "ranks x batch size x this)")
-      .positive();
+  a.optim.add_accumulation_to(f);
   a.aug.add_to(f, "the mean, as after torchvision's Normalize");
   a.add_test(f);
   a.add_data(f, "DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG").required();
@@ -205,9 +202,8 @@ int main(int argc, char** argv) {
     train_opts.transform = data::ImagePipeline::train(args.image_size);
     if (args.aug.auto_augment != "none")
       train_opts.transform.augment.push_back(data::make_auto_augment(args.aug.auto_augment));
-    if (args.aug.random_erasing > 0)
-      train_opts.transform.augment.push_back(std::make_shared<data::RandomErasing>(
-          data::RandomErasing::imagenet(args.aug.random_erasing)));
+    if (auto erase = args.aug.make_random_erasing(data::kImageNetMean, data::kImageNetStd))
+      train_opts.transform.augment.push_back(erase);
     for (const auto& a : train_opts.transform.augment)
       std::printf("augment: %s\n", a->repr().c_str());
     train_opts.seed = args.seed;
@@ -235,7 +231,7 @@ int main(int argc, char** argv) {
                                    vo)
                              : std::make_shared<data::DataLoader>(val_set, vo);
     }
-    const int64_t accum = args.accumulation_steps;
+    const int64_t accum = args.optim.accumulation_steps;
     if (ranks > 1)
       std::printf(
           "data parallel: %d ranks (%s), %lld images per rank and step, global batch %lld\n", ranks,

@@ -937,6 +937,22 @@ RandomErasing RandomErasing::imagenet(double p) {
   return RandomErasing(p, {0.02, 0.33}, {0.3, 3.3}, {124, 116, 104});
 }
 
+RandomErasing RandomErasing::random(double p, std::vector<double> mean, std::vector<double> std,
+                                    std::array<double, 2> scale, std::array<double, 2> ratio) {
+  DLTRAIN_CHECK((mean.size() == 1 || mean.size() == 3) && std.size() == mean.size(),
+                "RandomErasing::random: mean and std must have the same size, 1 or 3 (one per "
+                "channel), got ",
+                mean.size(), " and ", std.size());
+  for (size_t c = 0; c < mean.size(); ++c)
+    DLTRAIN_CHECK(std::isfinite(mean[c]) && std[c] > 0 && std::isfinite(std[c]),
+                  "RandomErasing::random: channel ", c, " needs a finite mean and a std > 0, got ",
+                  mean[c], " and ", std[c], " (the normalisation's, on the 0..1 scale)");
+  RandomErasing r(p, scale, ratio);
+  r.mean_ = std::move(mean);
+  r.std_ = std::move(std);
+  return r;
+}
+
 CropBox RandomErasing::draw(SampleRandom& rng, int64_t height, int64_t width) const {
   if (!(rng.uniform() < p_)) return {};
   const double area = static_cast<double>(height * width);
@@ -957,6 +973,26 @@ CropBox RandomErasing::draw(SampleRandom& rng, int64_t height, int64_t width) co
 Image RandomErasing::operator()(const Image& src, SampleRandom& rng) const {
   const CropBox b = draw(rng, src.height, src.width);
   if (b.height == 0 || b.width == 0) return src;
+  if (!mean_.empty()) {  // value="random": a standard normal draw per pixel and channel
+    const int64_t c = src.channels;
+    DLTRAIN_CHECK(mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == c,
+                  "RandomErasing: a mean and std for ", mean_.size(), " channels and a ", c,
+                  "-channel image");
+    check_image(src, "RandomErasing");
+    Image out = src;
+    for (int64_t y = b.top; y < b.top + b.height; ++y)
+      for (int64_t x = b.left; x < b.left + b.width; ++x)
+        for (int64_t k = 0; k < c; ++k) {
+          const size_t m = mean_.size() == 1 ? 0 : static_cast<size_t>(k);
+          // Box-Muller on two uniforms (1 - u in (0, 1] keeps the log finite).
+          const double r = std::sqrt(-2.0 * std::log(1.0 - rng.uniform()));
+          const double z = r * std::cos(2.0 * std::numbers::pi * rng.uniform());
+          const double v = std::nearbyint(255.0 * (mean_[m] + std_[m] * z));
+          out.pixels[static_cast<size_t>((y * src.width + x) * c + k)] =
+              static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+        }
+    return out;
+  }
   DLTRAIN_CHECK(value_.size() == 1 || static_cast<int64_t>(value_.size()) == src.channels,
                 "RandomErasing: ", value_.size(), " fill values for a ", src.channels,
                 "-channel image");
@@ -966,7 +1002,17 @@ Image RandomErasing::operator()(const Image& src, SampleRandom& rng) const {
 std::string RandomErasing::repr() const {
   std::ostringstream s;
   s << "RandomErasing(p=" << p_ << ", scale=(" << scale_[0] << ", " << scale_[1] << "), ratio=("
-    << ratio_[0] << ", " << ratio_[1] << "), value=" << fill_repr(value_) << ")";
+    << ratio_[0] << ", " << ratio_[1] << "), value=";
+  if (mean_.empty()) {
+    s << fill_repr(value_);
+  } else {
+    s << "'random' (mean";
+    for (double m : mean_) s << " " << m;
+    s << ", std";
+    for (double v : std_) s << " " << v;
+    s << ")";
+  }
+  s << ")";
   return s.str();
 }
 

@@ -364,6 +364,64 @@ TEST_CASE("RandomErasing, RandomGrayscale and GaussianBlur draw as torchvision",
   CHECK(RandomErasing(1.0).draw(rng, 1, 50).height == 0);
 }
 
+// value="random": the erased bytes, normalised with the mean and std given, are standard normal
+// draws. With mean 0.5 and std 0.08 the clamp to 0..255 cuts at |z| = 6.25 (a fraction 4e-10)
+// and the rounding adds a uniform error of width q = 1 / (255 * 0.08) = 0.049, variance
+// q^2 / 12 = 2.0e-4. Bounds: the mean within 5 standard errors of 0, the variance within
+// 5 standard errors (sqrt(2 / n)) of 1 + q^2 / 12, and the fraction beyond |z| > 1.96 within
+// 5 binomial standard errors of 0.05 (the rounding moves the cut by at most q / 2: widened by
+// the normal density there, 0.058, times q).
+TEST_CASE("RandomErasing value='random' erases to standard normal noise of the normalised image",
+          "[augment][distribution]") {
+  const double mean = 0.5, sd = 0.08, q = 1.0 / (255.0 * sd);
+  const RandomErasing re = RandomErasing::random(1.0, {mean}, {sd});
+  CHECK_THAT(re.repr(), Contains("value='random'"));
+  Image src(64, 64, 1);
+  std::fill(src.pixels.begin(), src.pixels.end(), uint8_t{7});  // outside every noise draw
+  std::vector<double> z;
+  for (int64_t i = 0; i < 40 && z.size() < 20000; ++i) {
+    SampleRandom rng(31, 0, i, 2), again(31, 0, i, 2);
+    const CropBox box = re.draw(again, 64, 64);
+    const Image out = re(src, rng);
+    REQUIRE(box.height > 0);
+    for (int64_t y = 0; y < 64; ++y)
+      for (int64_t x = 0; x < 64; ++x) {
+        const bool inside =
+            y >= box.top && y < box.top + box.height && x >= box.left && x < box.left + box.width;
+        if (!inside) {
+          REQUIRE(out.at(y, x, 0) == 7);  // the same box as draw(), nothing outside it touched
+          continue;
+        }
+        z.push_back((out.at(y, x, 0) / 255.0 - mean) / sd);
+      }
+  }
+  const double n = static_cast<double>(z.size());
+  REQUIRE(n > 5000);
+  const double m = std::accumulate(z.begin(), z.end(), 0.0) / n;
+  double var = 0, tails = 0;
+  for (double v : z) {
+    var += (v - m) * (v - m);
+    tails += std::fabs(v) > 1.96;
+  }
+  var /= n - 1;
+  CHECK(std::fabs(m) < 5.0 / std::sqrt(n));
+  CHECK(std::fabs(var - (1.0 + q * q / 12.0)) < 5.0 * std::sqrt(2.0 / n));
+  CHECK(std::fabs(tails / n - 0.05) < 5.0 * std::sqrt(0.05 * 0.95 / n) + 0.058 * q);
+
+  // Three channels draw independently, each with its own mean and std; bad arguments refused.
+  Image rgb(32, 32, 3);
+  SampleRandom r3(31, 0, 0, 2);
+  const Image noisy =
+      RandomErasing::random(1.0, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})(rgb, r3);
+  CHECK(noisy.pixels != rgb.pixels);
+  SampleRandom r4(31, 0, 0, 2);
+  CHECK_THROWS_WITH(RandomErasing::random(1.0, {0.5, 0.5, 0.5}, {0.2, 0.2, 0.2})(src, r4),
+                    Contains("3 channels and a 1-channel image"));
+  CHECK_THROWS_WITH(RandomErasing::random(0.5, {0.5}, {0.0}), Contains("std > 0"));
+  CHECK_THROWS_WITH(RandomErasing::random(0.5, {0.5, 0.5}, {0.2, 0.2}), Contains("1 or 3"));
+  CHECK_THROWS_WITH(RandomErasing::random(0.5, {0.5}, {0.2, 0.2}), Contains("same size"));
+}
+
 TEST_CASE("Augmented samples are a pure function of (seed, epoch, index)", "[augment]") {
   const Image src = test_picture(48, 48, 3);
   std::vector<std::shared_ptr<const Augmentation>> all{
@@ -373,7 +431,9 @@ TEST_CASE("Augmented samples are a pure function of (seed, epoch, index)", "[aug
       std::make_shared<ColorJitter>(0.4, 0.4, 0.4, 0.1),
       std::make_shared<RandomGrayscale>(0.5),
       std::make_shared<GaussianBlur>(std::array<int64_t, 2>{5, 5}),
-      std::make_shared<RandomErasing>(RandomErasing::imagenet(0.9))};
+      std::make_shared<RandomErasing>(RandomErasing::imagenet(0.9)),
+      std::make_shared<RandomErasing>(
+          RandomErasing::random(0.9, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}))};
   for (const auto& a : all) {
     INFO(a->repr());
     int differ = 0;

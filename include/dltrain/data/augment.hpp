@@ -273,6 +273,7 @@ class GaussianBlur final : public Augmentation {
 /// uniform in `scale` and an aspect ratio log-uniform in `ratio`, h = round(sqrt(area *
 /// ratio)), w = round(sqrt(area / ratio)); the first with h < height and w < width gets a
 /// uniform position and is set to `value`; if none fits the image is unchanged.
+/// RandomErasing::random() is torchvision's value="random": the box gets noise instead.
 class RandomErasing final : public Augmentation {
  public:
   /// Throws dltrain::Error unless 0 <= p <= 1, 0 < scale lo <= hi <= 1, 0 < ratio lo <= hi
@@ -283,6 +284,15 @@ class RandomErasing final : public Augmentation {
   /// Erasing to round(255 * kImageNetMean) = {124, 116, 104}: 0 after normalisation, as
   /// torchvision's recipe (RandomErasing after Normalize, value 0), within 0.009.
   static RandomErasing imagenet(double p);
+  /// torchvision's value="random", which fills the box of the normalised float image with
+  /// standard normal noise, one draw per pixel and channel: here each erased byte is
+  /// round(255 * (mean_c + std_c * z)) clamped to [0, 255], z ~ N(0, 1) from the sample's
+  /// generator, so that after normalising with the same `mean` and `std` (1 or 3 entries
+  /// each, std > 0) it is z up to the clamp to the image range and a rounding of
+  /// 0.5 / 255 / std_c. Throws dltrain::Error on bad sizes or values.
+  static RandomErasing random(double p, std::vector<double> mean, std::vector<double> std,
+                              std::array<double, 2> scale = {0.02, 0.33},
+                              std::array<double, 2> ratio = {0.3, 3.3});
   /// The box to erase, or an empty box (height 0) when no erasing happens.
   CropBox draw(SampleRandom& rng, int64_t height, int64_t width) const;
   Image operator()(const Image& src, SampleRandom& rng) const override;
@@ -292,6 +302,7 @@ class RandomErasing final : public Augmentation {
   double p_;
   std::array<double, 2> scale_, ratio_;
   std::vector<uint8_t> value_;
+  std::vector<double> mean_, std_;  // non-empty: value="random" (random())
 };
 
 /// The automatic policy named as the torchvision reference recipes' --auto-augment flag
