@@ -6,7 +6,7 @@
 //   mpirun -np 4 model_parallel [--data DIR | --synthetic N] [--pipeline-stages 2]
 //          [--micro-batches 4] [--schedule 1f1b|gpipe] [--tensor-parallel 2] [--batch-size 32]
 //          [--epochs 1] [--lr 1e-3] [--dim 64] [--depth 4] [--heads 4] [--patch 7]
-//          [--test [--test-nsteps N]] [--threads N] [--json PATH]
+//          [--test [--test-nsteps N]] [--threads N] [--json PATH] [--checkpoint FILE.h5 [--resume]]
 //
 // Every rank builds the same model from --seed (the tensor-parallel layers are built as the
 // ordinary ones, then sliced), so a run on any layout starts from the same weights as one
@@ -21,7 +21,14 @@
 // throughput, and at the end the test accuracy of the trained model, evaluated on rank 0 after
 // gathering the full weights (Pipeline::full_state_dict, distributed::gather_state_dict) into an
 // ordinary model: the weights a single process (or PyTorch) would load.
+//
+// --checkpoint writes, at each epoch end, the whole model's weights and AdamW state gathered on
+// rank 0 (Pipeline::full_state_dict / full_optimizer_state_dict) as one ordinary checkpoint: a
+// single process loads it (io::load_checkpoint), and --resume continues from it at the next
+// epoch on any number of pipeline stages and replicas, one process included (tensor-parallel
+// runs do not gather their optimizer state yet: refused).
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,8 +81,21 @@ Args parse(int argc, char** argv) {
   f.add("--threads", &a.threads, "CPU threads per rank (0: DLTRAIN_NUM_THREADS or all cores)")
       .min(0);
   a.add_report(f, /*with_metrics=*/false);
+  f.group(cli::group::kCheckpoint);
+  f.add("--checkpoint", &a.checkpoint,
+        "save the whole model's weights and optimizer state, gathered into one ordinary "
+        "checkpoint, at each epoch end")
+      .value_name("FILE.h5");
+  f.add_switch("--resume", &a.resume,
+               "continue from --checkpoint when the file exists (at the epoch it ended; any "
+               "number of stages and replicas)");
   a.parse(f, argc, argv);
   if (28 % a.patch != 0) f.fail("--patch must divide 28 (the images' size)");
+  if (!a.checkpoint.empty() && a.tensor > 1)
+    f.fail(
+        "--checkpoint needs --tensor-parallel 1: the tensor-parallel layers' optimizer state is "
+        "not gathered yet (issue 31); use pipeline and data parallelism for a checkpointed run");
+  if (a.resume && a.checkpoint.empty()) f.fail("--resume needs --checkpoint FILE.h5");
   return a;
 }
 
@@ -190,13 +210,40 @@ int main(int argc, char** argv) {
       std::printf("rank %d: %.1f KiB of parameters\n", r, per_rank[static_cast<size_t>(r)] / 1024);
 
     const auto loss_fn = [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
+    int64_t step = 0, samples = 0, first_epoch = 0;
+    // --resume: every rank reads the file and keeps its stage's part of the weights and state.
+    if (args.resume && std::filesystem::exists(args.checkpoint)) {
+      const io::Checkpoint ck = io::read_checkpoint(args.checkpoint);
+      if (pipe) {
+        pipe->load_full_state_dict(ck.model);
+        pipe->load_full_optimizer_state_dict(opt, ck.optimizer);
+      } else {
+        model->load_state_dict(ck.model);
+        opt.load_state_dict(ck.optimizer);
+      }
+      first_epoch = ck.progress.epoch;
+      step = ck.progress.step;
+      std::printf("resumed from %s: epoch %lld, step %lld\n", args.checkpoint.c_str(),
+                  static_cast<long long>(first_epoch + 1), static_cast<long long>(step));
+    }
+    // The whole model's state on rank 0 (collective over each pipeline group), written there.
+    const auto save = [&](int64_t next_epoch) {
+      io::Checkpoint ck;
+      ck.model = pipe ? pipe->full_state_dict(0) : model->state_dict();
+      ck.optimizer = pipe ? pipe->full_optimizer_state_dict(opt, 0) : opt.state_dict();
+      ck.progress.epoch = next_epoch;
+      ck.progress.step = step;
+      ck.progress.global_batch = args.batch_size * D;
+      ck.metadata = {{"example", "model_parallel"}, {"layout", layout.str()}};
+      if (run.rank == 0) io::write_checkpoint(args.checkpoint, ck);
+      distributed::barrier();
+    };
     reset_peak_memory_stats();
     const size_t resident = memory_allocated();  // the datasets and the weights
-    int64_t step = 0, samples = 0;
     double last_loss = 0;
     const auto t0 = Clock::now();
     bool done = false;
-    for (int64_t epoch = 0; epoch < args.epochs && !done; ++epoch) {
+    for (int64_t epoch = first_epoch; epoch < args.epochs && !done; ++epoch) {
       loader.set_epoch(epoch);
       for (const data::Batch& b : loader) {
         opt.zero_grad();
@@ -226,6 +273,7 @@ int main(int argc, char** argv) {
           break;
         }
       }
+      if (!args.checkpoint.empty() && !done) save(epoch + 1);
     }
     const double secs = seconds(t0, Clock::now());
     const double peak = static_cast<double>(max_memory_allocated() - resident) / (1 << 20);

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
 #include "dltrain/autograd/node.hpp"
 #include "dltrain/core/error.hpp"
 #include "dltrain/ops/elementwise.hpp"
+#include "dltrain/optim/optimizer.hpp"
 
 namespace dltrain::distributed {
 
@@ -297,36 +299,246 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target,
   return result;
 }
 
-StateDict Pipeline::full_state_dict(int root) {
-  DLTRAIN_CHECK(root >= 0 && root < num_stages_, "Pipeline::full_state_dict: root ", root,
-                " is not a rank of the pipeline group of ", num_stages_);
-  const StateDict mine = stage_->state_dict();
-  StateDict out;
-  if (stage_index_ != root) {
+namespace {
+
+// Every stage's `mine` on pipeline rank `root`, in stage order, on the CPU (an empty vector on
+// the other ranks, which send theirs).
+std::vector<StateDict> gather_dicts(ProcessGroup& g, const StateDict& mine, int stage, int stages,
+                                    int root) {
+  std::vector<StateDict> all;
+  if (stage != root) {
     std::vector<Work> sends;
     sends.push_back(
-        group_->send(full({1}, static_cast<double>(mine.size()), DType::i64), root, kStateTag));
+        g.send(full({1}, static_cast<double>(mine.size()), DType::i64), root, kStateTag));
     for (const auto& [name, t] : mine) {
-      send_string(*group_, name, root, kStateTag, sends);
-      send_with_header(*group_, t.to(Device::cpu()), root, kStateTag, sends);
+      send_string(g, name, root, kStateTag, sends);
+      send_with_header(g, t.detach().to(Device::cpu()), root, kStateTag, sends);
     }
     for (Work& w : sends) w.wait();
-    return out;
+    return all;
   }
-  for (int s = 0; s < num_stages_; ++s) {
+  all.resize(static_cast<size_t>(stages));
+  for (int s = 0; s < stages; ++s) {
+    StateDict& out = all[static_cast<size_t>(s)];
     if (s == root) {
       for (const auto& [name, t] : mine) out.insert(name, t.detach().to(Device::cpu()).clone());
       continue;
     }
     Tensor count = zeros({1}, DType::i64);
-    group_->recv(count, s, kStateTag).wait();
+    g.recv(count, s, kStateTag).wait();
     for (int64_t i = 0; i < count.item<int64_t>(); ++i) {
-      const std::string name = recv_string(*group_, s, kStateTag);
-      out.insert(name, recv_with_header(*group_, s, kStateTag, Device::cpu()));
+      const std::string name = recv_string(g, s, kStateTag);
+      out.insert(name, recv_with_header(g, s, kStateTag, Device::cpu()));
     }
   }
+  return all;
+}
+
+// Optimizer state-dict keys (optim/optimizer.hpp): "state.<i>.<name>", "param_groups.<k>.params"
+// and the groups' other fields, "type".
+const std::string kState = "state.", kGroups = "param_groups.";
+
+std::string group_key(size_t k, const std::string& field) {
+  return kGroups + std::to_string(k) + "." + field;
+}
+
+// The number of parameter groups of an optimizer state dict.
+size_t count_groups(const StateDict& d) {
+  size_t k = 0;
+  while (d.contains(group_key(k, "params"))) ++k;
+  return k;
+}
+
+// Splits "state.<i>.<rest>" into i and rest; false for any other key.
+bool parse_state_key(const std::string& key, int64_t& index, std::string& rest) {
+  if (key.rfind(kState, 0) != 0) return false;
+  const size_t dot = key.find('.', kState.size());
+  if (dot == std::string::npos || dot == kState.size()) return false;
+  const std::string num = key.substr(kState.size(), dot - kState.size());
+  if (num.find_first_not_of("0123456789") != std::string::npos) return false;
+  index = std::stoll(num);
+  rest = key.substr(dot + 1);
+  return true;
+}
+
+bool is_group_params(const std::string& key) {
+  return key.rfind(kGroups, 0) == 0 && key.size() > 7 &&
+         key.compare(key.size() - 7, 7, ".params") == 0;
+}
+
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(),
+                     static_cast<size_t>(x.numel()) * x.element_size()) == 0;
+}
+
+// [0, 1, ..., n) + first, as the i64 index list of a parameter group.
+Tensor index_range(int64_t first, int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = first + k;
+  return from_vector(v, {n});
+}
+
+}  // namespace
+
+StateDict Pipeline::full_state_dict(int root) {
+  DLTRAIN_CHECK(root >= 0 && root < num_stages_, "Pipeline::full_state_dict: root ", root,
+                " is not a rank of the pipeline group of ", num_stages_);
+  const std::vector<StateDict> all =
+      gather_dicts(*group_, stage_->state_dict(), stage_index_, num_stages_, root);
   // Stages in model order whatever the root: the keys come out as the full model's.
+  StateDict out;
+  for (const StateDict& d : all) out.merge(d);
   return out;
+}
+
+StateDict Pipeline::full_optimizer_state_dict(const optim::Optimizer& optimizer, int root) {
+  const char* ctx = "Pipeline::full_optimizer_state_dict";
+  DLTRAIN_CHECK(root >= 0 && root < num_stages_, ctx, ": root ", root,
+                " is not a rank of the pipeline group of ", num_stages_);
+  {  // the optimizer must step exactly this stage's parameters
+    std::vector<const void*> mine;
+    for (const Tensor& t : stage_->parameters()) mine.push_back(t.impl().get());
+    std::sort(mine.begin(), mine.end());
+    std::vector<const void*> its;
+    for (const auto& group : optimizer.param_groups())
+      for (const Tensor& t : group.params) its.push_back(t.impl().get());
+    std::sort(its.begin(), its.end());
+    DLTRAIN_CHECK(its == mine, ctx, ": stage ", stage_index_, "'s optimizer holds ", its.size(),
+                  " parameters that are not exactly the stage's ", mine.size(),
+                  "; build it over stage_module()'s parameters (Pipeline::parameters())");
+  }
+  const std::vector<StateDict> all =
+      gather_dicts(*group_, optimizer.state_dict(), stage_index_, num_stages_, root);
+  if (stage_index_ != root) return {};
+  const StateDict& first = all[static_cast<size_t>(root)];
+  const size_t groups = count_groups(first);
+  // n[s][k]: parameters of stage s in group k; offsets in the full optimizer's flat order.
+  std::vector<std::vector<int64_t>> n(all.size(), std::vector<int64_t>(groups));
+  for (size_t s = 0; s < all.size(); ++s) {
+    DLTRAIN_CHECK(count_groups(all[s]) == groups, ctx, ": stage ", s, "'s optimizer has ",
+                  count_groups(all[s]), " parameter groups and stage ", root, "'s has ", groups,
+                  "; build every stage's optimizer by the same rule (e.g. "
+                  "optim::param_groups_no_decay(pipeline.stage_module(), ...))");
+    for (size_t k = 0; k < groups; ++k) n[s][k] = all[s].at(group_key(k, "params")).numel();
+    // Everything but the states and the index lists is one value for the whole model.
+    for (const auto& [key, t] : all[s]) {
+      int64_t i = 0;
+      std::string rest;
+      if (parse_state_key(key, i, rest) || is_group_params(key)) continue;
+      DLTRAIN_CHECK(first.contains(key) && same_values(first.at(key), t), ctx, ": '", key,
+                    "' differs between stage ", s, " and stage ", root,
+                    "; the whole model's optimizer has one value per group: give every "
+                    "stage's optimizer the same type and hyper-parameters");
+    }
+  }
+  std::vector<int64_t> group_start(groups + 1, 0);  // full flat index where group k starts
+  for (size_t k = 0; k < groups; ++k) {
+    int64_t total = 0;
+    for (size_t s = 0; s < all.size(); ++s) total += n[s][k];
+    group_start[k + 1] = group_start[k] + total;
+  }
+  // The full flat index of each stage's local index i (both orders are group-major; group k of
+  // stage s follows group k of the stages before it).
+  std::vector<std::vector<int64_t>> to_full(all.size());
+  for (size_t s = 0; s < all.size(); ++s) {
+    std::vector<int64_t> local;
+    for (size_t k = 0; k < groups; ++k) {
+      int64_t at = group_start[k];
+      for (size_t q = 0; q < s; ++q) at += n[q][k];
+      for (int64_t j = 0; j < n[s][k]; ++j) local.push_back(at + j);
+    }
+    to_full[s] = std::move(local);
+  }
+  // States in full flat order, then the groups, as Optimizer::state_dict() writes them.
+  std::vector<std::vector<std::pair<std::string, Tensor>>> states(
+      static_cast<size_t>(group_start[groups]));
+  for (size_t s = 0; s < all.size(); ++s)
+    for (const auto& [key, t] : all[s]) {
+      int64_t i = 0;
+      std::string rest;
+      if (!parse_state_key(key, i, rest)) continue;
+      DLTRAIN_CHECK(i >= 0 && i < static_cast<int64_t>(to_full[s].size()), ctx, ": stage ", s,
+                    "'s state names parameter ", i, " of ", to_full[s].size());
+      states[static_cast<size_t>(to_full[s][static_cast<size_t>(i)])].emplace_back(rest, t);
+    }
+  StateDict out;
+  for (const auto& [key, t] : first)
+    if (key.rfind(kGroups, 0) != 0 && key.rfind(kState, 0) != 0)  // "type" and the like
+      out.insert(key, t);
+  for (size_t i = 0; i < states.size(); ++i)
+    for (const auto& [rest, t] : states[i]) out.insert(kState + std::to_string(i) + "." + rest, t);
+  for (size_t k = 0; k < groups; ++k) {
+    const std::string pre = kGroups + std::to_string(k) + ".";
+    out.insert(pre + "params", index_range(group_start[k], group_start[k + 1] - group_start[k]));
+    for (const auto& [key, t] : first)
+      if (key.rfind(pre, 0) == 0 && !is_group_params(key)) out.insert(key, t);
+  }
+  return out;
+}
+
+void Pipeline::load_full_optimizer_state_dict(optim::Optimizer& optimizer, const StateDict& state) {
+  const char* ctx = "Pipeline::load_full_optimizer_state_dict";
+  const StateDict mine = optimizer.state_dict();
+  const size_t groups = count_groups(mine);
+  // Every stage's group sizes, so that each finds its range of the full flat order.
+  const int64_t p = num_stages_, s = stage_index_;
+  Tensor counts = zeros({p}, DType::f64);
+  counts.data<double>()[s] = static_cast<double>(groups);
+  group_->all_reduce(counts).wait();
+  for (int64_t q = 0; q < p; ++q)
+    DLTRAIN_CHECK(counts.data<double>()[q] == static_cast<double>(groups), ctx, ": stage ", q,
+                  "'s optimizer has ", counts.data<double>()[q], " parameter groups and stage ", s,
+                  "'s has ", groups, "; build every stage's optimizer by the same rule");
+  Tensor sizes = zeros({p, static_cast<int64_t>(groups)}, DType::f64);
+  for (size_t k = 0; k < groups; ++k)
+    sizes.data<double>()[static_cast<size_t>(s) * groups + k] =
+        static_cast<double>(mine.at(group_key(k, "params")).numel());
+  if (groups > 0) group_->all_reduce(sizes).wait();
+  auto n = [&](int64_t q, size_t k) {
+    return static_cast<int64_t>(sizes.data<double>()[static_cast<size_t>(q) * groups + k]);
+  };
+  DLTRAIN_CHECK(count_groups(state) == groups, ctx, ": the state has ", count_groups(state),
+                " parameter groups and the stages' optimizers ", groups,
+                "; build them by the rule the saved optimizer's groups were built with");
+  // This stage's full flat indices, in its local (group-major) order.
+  std::vector<int64_t> full_index;
+  int64_t start = 0;
+  for (size_t k = 0; k < groups; ++k) {
+    int64_t total = 0, before = 0;
+    for (int64_t q = 0; q < p; ++q) {
+      total += n(q, k);
+      if (q < s) before += n(q, k);
+    }
+    const int64_t saved = state.at(group_key(k, "params"), ctx).numel();
+    DLTRAIN_CHECK(saved == total, ctx, ": the state's parameter group ", k, " has ", saved,
+                  " parameters and the stages hold ", total,
+                  " in theirs; was it saved for another model or another grouping?");
+    for (int64_t j = 0; j < n(s, k); ++j) full_index.push_back(start + before + j);
+    start += total;
+  }
+  std::vector<int64_t> to_local(static_cast<size_t>(start), -1);
+  for (size_t i = 0; i < full_index.size(); ++i)
+    to_local[static_cast<size_t>(full_index[i])] = static_cast<int64_t>(i);
+  StateDict local;
+  for (const auto& [key, t] : state) {
+    int64_t i = 0;
+    std::string rest;
+    if (parse_state_key(key, i, rest)) {
+      DLTRAIN_CHECK(i >= 0 && i < start, ctx, ": '", key, "' names parameter ", i, " of ", start);
+      const int64_t l = to_local[static_cast<size_t>(i)];
+      if (l >= 0) local.insert(kState + std::to_string(l) + "." + rest, t);
+    } else if (!is_group_params(key)) {
+      local.insert(key, t);
+    }
+  }
+  int64_t first = 0;
+  for (size_t k = 0; k < groups; ++k) {
+    local.insert(group_key(k, "params"), index_range(first, n(s, k)));
+    first += n(s, k);
+  }
+  optimizer.load_state_dict(local);
 }
 
 void Pipeline::load_full_state_dict(const StateDict& state) {

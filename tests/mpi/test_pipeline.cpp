@@ -2,7 +2,8 @@
 // train an 8-block MLP for 20 SGD steps to the same weights as one process on the full batch,
 // in f64; 1F1B stores at most min(p - s, m) micro-batches per stage and GPipe m; the gathered
 // state dict loads into a single-process model; 4 ranks run 2 stages x 2 data-parallel
-// replicas.
+// replicas; a checkpoint of the pipeline's model and AdamW state (two parameter groups) is a
+// single process's, which loads it, and the pipeline resumes from it on another cut.
 //
 // Tolerance: the pipeline computes the same operations as one process except that the batch
 // sums of the weight gradients are split into per-micro-batch partial sums (and each
@@ -12,8 +13,13 @@
 // momentum sum 1 / (1 - 0.9) = 10), ~1e-13 at worst; 1e-12 is that with a margin.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dltrain/dltrain.hpp"
@@ -217,4 +223,127 @@ TEST_CASE("Pipeline x data parallelism: 2 stages x 2 replicas match one process"
   for (const auto& [name, t] : pipe.stage_module().state_dict())
     worst = std::max(worst, max_diff(t, want.at(name)));
   CHECK(worst <= kTol);
+}
+
+namespace {
+
+// AdamW with param_groups_no_decay's two groups (weights decay 0.01, biases none): each stage's
+// optimizer is built by the same rule over its stage, the single process's over the model.
+std::unique_ptr<optim::Optimizer> adamw_two_groups(const nn::Module& m) {
+  return std::make_unique<optim::AdamW>(optim::param_groups_no_decay(m, 0.01),
+                                        optim::AdamWOptions{.lr = 0.01});
+}
+
+// Largest difference between two state dicts with the same keys (integers compared as f64).
+double state_diff(const StateDict& a, const StateDict& b) {
+  REQUIRE(a.keys() == b.keys());
+  double worst = 0;
+  for (const auto& [name, t] : a)
+    worst = std::max(worst, max_diff(t.to(DType::f64), b.at(name).to(DType::f64)));
+  return worst;
+}
+
+}  // namespace
+
+// The optimizer's state follows the same rounding argument as the weights (kTol above): Adam's
+// moments are sums of the gradients' rounding errors, its update scale-free in them.
+TEST_CASE(
+    "Pipeline: model and optimizer checkpoint loads in one process and resumes on the pipeline",
+    "[mpi][pipeline][checkpoint]") {
+  ProcessGroup& g = default_group();
+  const int p = g.size(), me = g.rank();
+  auto ref = mlp(31);
+  const auto ref_opt = adamw_two_groups(*ref);
+  Pipeline pipe(mlp(31), {.micro_batches = 3});
+  const auto opt = adamw_two_groups(pipe.stage_module());
+  Generator gen(12);
+  auto batch = [&gen] {
+    Tensor x = randn({12, 4}, DType::f64, &gen), y = randn({12, 3}, DType::f64, &gen);
+    return std::make_pair(x, y);
+  };
+  for (int step = 0; step < 5; ++step) {
+    const auto xy = batch();
+    ref_opt->zero_grad();
+    mse_loss((*ref)(xy.first), xy.second).backward();
+    ref_opt->step();
+    opt->zero_grad();
+    pipe.forward_backward(xy.first, xy.second, mse);
+    opt->step();
+  }
+  // Gathered on rank 0: the single process's keys, flat indices and groups, its values.
+  io::Checkpoint ck;
+  ck.model = pipe.full_state_dict(0);
+  ck.optimizer = pipe.full_optimizer_state_dict(*opt, 0);
+  if (me == 0) {
+    CHECK(state_diff(ck.optimizer, ref_opt->state_dict()) <= kTol);
+    CHECK(state_diff(ck.model, ref->state_dict()) <= kTol);
+  } else {
+    CHECK(ck.optimizer.empty());
+  }
+  // One ordinary checkpoint file, written by rank 0 and read by every rank.
+  if (!io::hdf5_supported()) {
+    WARN("SKIPPED: the checkpoint file part needs HDF5 (this build has none)");
+    return;
+  }
+  Tensor tag = full({1}, me == 0 ? static_cast<double>(::getpid()) : 0.0, DType::i64);
+  g.broadcast(tag, 0).wait();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("dltrain_pipeline_ckpt_" + std::to_string(tag.item<int64_t>()) + "_" +
+                             std::to_string(p) + ".h5"))
+                               .string();
+  if (me == 0) io::write_checkpoint(path, ck);
+  g.barrier().wait();
+  const io::Checkpoint loaded = io::read_checkpoint(path);
+  g.barrier().wait();
+  if (me == 0) std::filesystem::remove(path);
+
+  // A single process loads it (no communication) and trains 4 more steps.
+  auto single = mlp(77);
+  single->load_state_dict(loaded.model);
+  const auto single_opt = adamw_two_groups(*single);
+  single_opt->load_state_dict(loaded.optimizer);
+  CHECK(state_diff(single_opt->state_dict(), loaded.optimizer) == 0.0);
+  // The pipeline resumes from it on another cut and schedule (stage 0 one module).
+  std::vector<int64_t> cuts;
+  for (int s = 1; s < p; ++s) cuts.push_back(s == 1 ? 1 : 1 + (s - 1) * 7 / (p - 1));
+  Pipeline again(mlp(78), {.cuts = cuts, .micro_batches = 2, .schedule = PipelineSchedule::GPipe});
+  const auto again_opt = adamw_two_groups(again.stage_module());
+  again.load_full_state_dict(loaded.model);
+  again.load_full_optimizer_state_dict(*again_opt, loaded.optimizer);
+  const StateDict round_trip = again.full_optimizer_state_dict(*again_opt, 0);
+  if (me == 0) CHECK(state_diff(round_trip, loaded.optimizer) == 0.0);
+  for (int step = 0; step < 4; ++step) {
+    const auto xy = batch();
+    single_opt->zero_grad();
+    mse_loss((*single)(xy.first), xy.second).backward();
+    single_opt->step();
+    again_opt->zero_grad();
+    again.forward_backward(xy.first, xy.second, mse);
+    again_opt->step();
+    ref_opt->zero_grad();  // the uninterrupted run
+    mse_loss((*ref)(xy.first), xy.second).backward();
+    ref_opt->step();
+  }
+  const StateDict want = single->state_dict(), uninterrupted = ref->state_dict();
+  double worst = 0, worst_ref = 0;
+  for (const auto& [name, t] : again.stage_module().state_dict()) {
+    worst = std::max(worst, max_diff(t, want.at(name)));
+    worst_ref = std::max(worst_ref, max_diff(t, uninterrupted.at(name)));
+  }
+  CHECK(worst <= kTol);
+  CHECK(worst_ref <= kTol);
+  const StateDict resumed = again.full_optimizer_state_dict(*again_opt, 0);
+  if (me == 0) CHECK(state_diff(resumed, single_opt->state_dict()) <= kTol);
+
+  // Errors: an optimizer over other parameters; a state grouped otherwise (one group where the
+  // stages have two), refused on every rank.
+  auto other = mlp(5);
+  optim::SGD stray(other->parameters(), {.lr = 0.1});
+  CHECK_THROWS_WITH(again.full_optimizer_state_dict(stray, 0),
+                    Catch::Contains("not exactly the stage's"));
+  optim::AdamW one_group(single->parameters(), {.lr = 0.01});
+  CHECK_THROWS_WITH(
+      again.load_full_optimizer_state_dict(*again_opt, one_group.state_dict()),
+      Catch::Contains("the state has 1 parameter groups and the stages' optimizers 2"));
+  g.barrier().wait();
 }

@@ -29,6 +29,15 @@
 // CUDA tensors staged by it) or a group of one; NCCL's send/recv share one stream, where
 // 1F1B's crossing sends deadlock, so an NCCL pipeline group is refused.
 //
+// Checkpoints: full_state_dict and full_optimizer_state_dict gather the stages' model and
+// optimizer states on one rank, under the names and flat indices a single process training the
+// whole model would save (optimizer parameter groups concatenated over the stages, in stage
+// order: the same groups as that process's when every stage's optimizer was built by the same
+// rule, e.g. optim::param_groups_no_decay(stage_module())), so io::write_checkpoint writes an
+// ordinary checkpoint that a single process loads; load_full_state_dict and
+// load_full_optimizer_state_dict take such a state (or a single process's) back onto the
+// stages, so training resumes on the pipeline (also with another cut).
+//
 // Errors: an exception on one rank (a loss that throws, a shape mismatch) ends the job as any
 // uncaught exception after distributed::init() does (MPI_Abort), so the ranks waiting in a recv
 // for it do not hang; the collective timeout catches a rank that is stuck.
@@ -43,6 +52,10 @@
 #include "dltrain/core/state_dict.hpp"
 #include "dltrain/distributed/process_group.hpp"
 #include "dltrain/nn/containers.hpp"
+
+namespace dltrain::optim {
+class Optimizer;
+}
 
 namespace dltrain::distributed {
 
@@ -124,6 +137,20 @@ class Pipeline {
   /// process's model); entries of other stages are skipped. Strict for this stage: a missing
   /// entry or another shape throws naming it. No communication.
   void load_full_state_dict(const StateDict& state);
+  /// The state of the whole model's optimizer, on pipeline rank `root` (empty on the others):
+  /// each stage's `optimizer` (over exactly this stage's parameters) gathered, its flat
+  /// indices renumbered to the full model's and its parameter group k joined with the other
+  /// stages' group k, as a single-process optimizer of the same type over the full model's
+  /// groups saves it (that optimizer's load_state_dict takes it). Every stage's optimizer must
+  /// have the same type, number of groups and group hyper-parameters (a group may be empty on
+  /// a stage); dltrain::Error names what differs. Collective over the pipeline group.
+  StateDict full_optimizer_state_dict(const optim::Optimizer& optimizer, int root = 0);
+  /// Loads this stage's part of a whole-model optimizer state (from full_optimizer_state_dict
+  /// or a single process's optimizer) into `optimizer`, built as for
+  /// full_optimizer_state_dict; the cut may differ from the one it was saved with. Throws
+  /// dltrain::Error (on every rank) when the state's groups do not hold the stages' parameters.
+  /// Collective over the pipeline group (the stages exchange their group sizes).
+  void load_full_optimizer_state_dict(optim::Optimizer& optimizer, const StateDict& state);
 
   /// Cuts that balance the stages' parameter counts: the p - 1 start indices minimising the
   /// largest stage's number of parameter elements (each stage at least one module).

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""examples/model_parallel --checkpoint / --resume (issue 31): a pipeline run's checkpoint is
+one ordinary checkpoint of the whole model and its AdamW state, which a single process loads
+and resumes from, and from which a pipeline of another depth resumes. Each resumed run must end
+where the uninterrupted 2-stage run ends:
+
+  - resumed on 3 stages (same schedule, the same sums in the same order per micro-batch): the
+    same model and optimizer state, compared to 1e-6 relative;
+  - resumed in one process (the batch's gradient summed whole instead of per micro-batch: f32
+    rounding of ~1e-7 relative per gradient, through 4 AdamW steps of lr 1e-3 whose update is
+    scale-free in the gradient): weights and moments to 1e-5 relative + 1e-7 absolute (the
+    expected drift is ~1e-9), except the attention's key bias (the middle third of
+    in_proj_bias): its exact gradient is 0 (softmax ignores a constant added to every key), so
+    its "gradient" is rounding noise g, and AdamW moves it by lr * g / (|g| + eps) per step,
+    whatever the noise's size: two runs may differ there by up to 2 x steps x lr = 8e-3, and
+    that is the bound used.
+
+And --checkpoint with --tensor-parallel is refused (its optimizer state is not gathered).
+
+  check_model_parallel_resume.py MPIRUN_SH MODEL_PARALLEL DLTRAIN_CONVERT WORKDIR
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+mpirun, prog, convert, work = sys.argv[1:5]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+common = ["--synthetic", "64", "--batch-size", "16", "--depth", "2", "--dim", "32"]
+failed = False
+
+
+def run(n, flags, expect_rc=0):
+    cmd = ([prog] if n == 1 else [mpirun, str(n), prog]) + common + flags
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    if r.returncode != expect_rc:
+        print(f"FAILED: {' '.join(cmd)}: exit {r.returncode} (want {expect_rc})\n{out[-2000:]}")
+        sys.exit(1)
+    return out
+
+
+def path(name):
+    return os.path.join(work, name)
+
+
+run(2, ["--pipeline-stages", "2", "--epochs", "2", "--checkpoint", path("full.h5")])
+run(2, ["--pipeline-stages", "2", "--epochs", "1", "--checkpoint", path("half.h5")])
+shutil.copy(path("half.h5"), path("one.h5"))
+shutil.copy(path("half.h5"), path("three.h5"))
+for n, flags, name in [(1, [], "one.h5"), (3, ["--pipeline-stages", "3"], "three.h5")]:
+    out = run(n, flags + ["--epochs", "2", "--resume", "--checkpoint", path(name)])
+    ok = re.search(r"resumed from .*: epoch 2, step 4", out) is not None
+    print(f"{'ok' if ok else 'FAILED'}: {n} rank(s) {' '.join(flags)} resumed at epoch 2, step 4")
+    failed = failed or not ok
+
+
+
+def read_safetensors(file):
+    """{name: (shape, [values])} of a safetensors file (F32, F64, I64, U8), without numpy."""
+    import array
+    import json
+    import struct
+    raw = open(file, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    codes = {"F32": "f", "F64": "d", "I64": "q", "U8": "B"}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        values = array.array(codes[info["dtype"]])
+        values.frombytes(raw[8 + n + a:8 + n + b])
+        out[name] = (info["shape"], list(values))
+    return out
+
+
+def compare(name, section, rtol, atol, key_bias_atol=None):
+    files = []
+    for f in ("full.h5", name):
+        st = path(f"{f}.{section}.safetensors")
+        subprocess.run([convert, "convert", path(f), st, "--section", section], check=True,
+                       capture_output=True)
+        files.append(read_safetensors(st))
+    want, got = files
+    if sorted(want) != sorted(got):
+        return False, f"other tensors: {sorted(set(want) ^ set(got))}"
+    worst, where = 0.0, ""
+    for t, (shape, a) in want.items():
+        if got[t][0] != shape:
+            return False, f"{t}: shape {got[t][0]} (want {shape})"
+        third = len(a) // 3
+        for i, (x, y) in enumerate(zip(a, got[t][1])):
+            bound = atol + rtol * abs(x)
+            if key_bias_atol and t.endswith("in_proj_bias") and third <= i < 2 * third:
+                bound = key_bias_atol
+            if abs(x - y) > bound:
+                return False, f"{t}[{i}]: {y} (want {x}, bound {bound:g})"
+            if bound > 0 and abs(x - y) / bound > worst:
+                worst, where = abs(x - y) / bound, t
+    return True, f"{len(want)} tensors, worst |diff| / bound {worst:.3g} ({where or '-'})"
+
+
+for name, rtol, atol, key_bias in [("three.h5", 1e-6, 0.0, None), ("one.h5", 1e-5, 1e-7, 8e-3)]:
+    for section in ("model", "optimizer"):
+        ok, msg = compare(name, section, rtol, atol, key_bias)
+        print(f"{'ok' if ok else 'FAILED'}: {section} of the run resumed from {name} against the "
+              f"uninterrupted one: {msg}")
+        failed = failed or not ok
+
+out = run(2, ["--tensor-parallel", "2", "--checkpoint", path("tp.h5")], expect_rc=2)
+ok = "--checkpoint needs --tensor-parallel 1" in out
+print(f"{'ok' if ok else 'FAILED'}: --checkpoint with --tensor-parallel 2 refused")
+failed = failed or not ok
+sys.exit(1 if failed else 0)
