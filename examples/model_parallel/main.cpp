@@ -7,6 +7,7 @@
 //          [--micro-batches 4] [--schedule 1f1b|gpipe] [--tensor-parallel 2] [--batch-size 32]
 //          [--epochs 1] [--lr 1e-3] [--dim 64] [--depth 4] [--heads 4] [--patch 7]
 //          [--test [--test-nsteps N]] [--threads N] [--json PATH] [--checkpoint FILE.h5 [--resume]]
+//          [--balance params|time] [--checkpoint-activations] [--amp]
 //
 // Every rank builds the same model from --seed (the tensor-parallel layers are built as the
 // ordinary ones, then sliced), so a run on any layout starts from the same weights as one
@@ -15,7 +16,10 @@
 // layers, head: an nn::Sequential) into stages balanced by parameter count and runs the
 // micro-batches with the chosen schedule over the pipeline group; with D > 1 each replica reads
 // its share of every batch (DistributedSampler over the replicas) and the gradients are averaged
-// over the data group. The optimizer is AdamW over the parameters this rank holds.
+// over the data group (PipelineOptions::data_group). The optimizer is AdamW over the parameters
+// this rank holds. --balance time cuts by measured forward time (Pipeline::timed_cuts);
+// --checkpoint-activations recomputes each stage's forward in backward; --amp runs forwards
+// and loss under bf16 autocast.
 //
 // The report prints the rank layout, each rank's parameter bytes and peak tensor memory, the
 // throughput, and at the end the test accuracy of the trained model, evaluated on rank 0 after
@@ -26,11 +30,14 @@
 // rank 0 (Pipeline::full_state_dict / full_optimizer_state_dict) as one ordinary checkpoint: a
 // single process loads it (io::load_checkpoint), and --resume continues from it at the next
 // epoch on any number of pipeline stages and replicas, one process included (tensor-parallel
-// runs do not gather their optimizer state yet: refused).
+// runs do not gather their optimizer state yet: refused). With --checkpoint, SIGUSR1 or SIGTERM
+// (Slurm's wall-time warning, preemption) saves at the next step boundary, with the position in
+// the epoch, and exits 75 for slurm/cpu-ranks.slurm to requeue; --resume continues mid-epoch.
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +54,9 @@ namespace {
 struct Args : CommonFlags {
   int64_t dim = 64, depth = 4, heads = 4, patch = 7;
   int64_t pipeline = 1, micro_batches = 4, tensor = 1, synthetic = 0;
-  std::string schedule = "1f1b";
+  std::string schedule = "1f1b", balance = "params";
   double wd = 0.05;
+  bool checkpoint_activations = false, amp = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -69,6 +77,13 @@ Args parse(int argc, char** argv) {
   f.add("--pipeline-stages", &a.pipeline, "pipeline stages P").positive();
   f.add("--micro-batches", &a.micro_batches, "micro-batches per batch on the pipeline").positive();
   f.add("--schedule", &a.schedule, "pipeline schedule").choices({"1f1b", "gpipe"});
+  f.add("--balance", &a.balance,
+        "cut the stages by parameter count (params) or by each module's forward time measured "
+        "on one micro-batch (time; averaged over the pipeline's ranks)")
+      .choices({"params", "time"});
+  f.add_switch("--checkpoint-activations", &a.checkpoint_activations,
+               "recompute each stage's forward in backward: a stage keeps only its input per "
+               "micro-batch in flight");
   f.add("--tensor-parallel", &a.tensor,
         "tensor-parallel shards T (the data-parallel replicas "
         "are what is left: ranks / (P x T))")
@@ -80,11 +95,13 @@ Args parse(int argc, char** argv) {
   f.group(cli::group::kDevice);
   f.add("--threads", &a.threads, "CPU threads per rank (0: DLTRAIN_NUM_THREADS or all cores)")
       .min(0);
+  f.add_switch("--amp", &a.amp,
+               "forward and loss under bf16 autocast (activations cross the stages in bf16)");
   a.add_report(f, /*with_metrics=*/false);
   f.group(cli::group::kCheckpoint);
   f.add("--checkpoint", &a.checkpoint,
         "save the whole model's weights and optimizer state, gathered into one ordinary "
-        "checkpoint, at each epoch end")
+        "checkpoint, at each epoch end and on SIGUSR1/SIGTERM (then exit 75 for a requeue)")
       .value_name("FILE.h5");
   f.add_switch("--resume", &a.resume,
                "continue from --checkpoint when the file exists (at the epoch it ended; any "
@@ -180,12 +197,39 @@ int main(int argc, char** argv) {
 
     auto model = make_vit(args, T > 1 ? &layout.tensor_group() : nullptr);
     std::unique_ptr<distributed::Pipeline> pipe;
-    if (P > 1)
+    if (P > 1) {
+      std::vector<int64_t> cuts;  // empty: balanced by parameter count
+      if (args.balance == "time") {
+        const int64_t rows = std::max<int64_t>(1, args.batch_size / args.micro_batches);
+        Generator g(args.seed + 11);
+        cuts = distributed::Pipeline::timed_cuts(
+            *model, randn({rows, 1, 28, 28}, TensorOptions(), &g), &layout.pipeline_group());
+        std::string times;
+        for (double t : distributed::Pipeline::last_module_times()) {
+          times += ' ';  // (appended apart: GCC 12 warns about " " + to_string)
+          times += std::to_string(static_cast<int64_t>(t * 1e6));
+        }
+        std::printf("stages balanced by forward time (us per module:%s)\n", times.c_str());
+      }
       pipe = std::make_unique<distributed::Pipeline>(
           model,
           distributed::PipelineOptions{.group = &layout.pipeline_group(),
+                                       .cuts = cuts,
                                        .micro_batches = static_cast<int>(args.micro_batches),
-                                       .schedule = distributed::parse_schedule(args.schedule)});
+                                       .schedule = distributed::parse_schedule(args.schedule),
+                                       .data_group = &layout.data_group(),
+                                       .checkpoint_activations = args.checkpoint_activations,
+                                       .autocast = args.amp,
+                                       .autocast_dtype = DType::bf16});
+      std::string b;
+      for (int64_t x : pipe->boundaries()) {
+        b += ' ';
+        b += std::to_string(x);
+      }
+      std::printf("pipeline stage boundaries (module indices):%s%s%s\n", b.c_str(),
+                  args.checkpoint_activations ? ", activation checkpointing" : "",
+                  args.amp ? ", bf16 autocast" : "");
+    }
     const std::vector<Tensor> params = pipe ? pipe->parameters() : model->parameters();
     int64_t bytes = 0;
     for (const Tensor& p : params) bytes += p.numel() * static_cast<int64_t>(p.element_size());
@@ -210,7 +254,7 @@ int main(int argc, char** argv) {
       std::printf("rank %d: %.1f KiB of parameters\n", r, per_rank[static_cast<size_t>(r)] / 1024);
 
     const auto loss_fn = [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
-    int64_t step = 0, samples = 0, first_epoch = 0;
+    int64_t step = 0, samples = 0, first_epoch = 0, resume_samples = 0;
     // --resume: every rank reads the file and keeps its stage's part of the weights and state.
     if (args.resume && std::filesystem::exists(args.checkpoint)) {
       const io::Checkpoint ck = io::read_checkpoint(args.checkpoint);
@@ -223,15 +267,24 @@ int main(int argc, char** argv) {
       }
       first_epoch = ck.progress.epoch;
       step = ck.progress.step;
-      std::printf("resumed from %s: epoch %lld, step %lld\n", args.checkpoint.c_str(),
-                  static_cast<long long>(first_epoch + 1), static_cast<long long>(step));
+      // Mid-epoch (a preemption): the rest of the same epoch order, whatever the replicas.
+      resume_samples = std::max<int64_t>(0, ck.progress.samples_in_epoch);
+      std::printf("resumed from %s: epoch %lld, step %lld, %lld samples into the epoch\n",
+                  args.checkpoint.c_str(), static_cast<long long>(first_epoch + 1),
+                  static_cast<long long>(step), static_cast<long long>(resume_samples));
     }
-    // The whole model's state on rank 0 (collective over each pipeline group), written there.
-    const auto save = [&](int64_t next_epoch) {
+    // Slurm's wall-time signal (--signal=USR1@T) or a preemption (SIGTERM): saved at the next
+    // step boundary, then exit 75 for the job script to requeue (train/preemption.hpp).
+    std::optional<train::PreemptionHandler> preempt;
+    if (!args.checkpoint.empty()) preempt.emplace();
+    // The whole model's state on rank 0 (collective over each pipeline group), written there:
+    // the epoch to resume in and how many of its samples (over the replicas) are done.
+    const auto save = [&](int64_t epoch, int64_t samples_in_epoch) {
       io::Checkpoint ck;
       ck.model = pipe ? pipe->full_state_dict(0) : model->state_dict();
       ck.optimizer = pipe ? pipe->full_optimizer_state_dict(opt, 0) : opt.state_dict();
-      ck.progress.epoch = next_epoch;
+      ck.progress.epoch = epoch;
+      ck.progress.samples_in_epoch = samples_in_epoch;
       ck.progress.step = step;
       ck.progress.global_batch = args.batch_size * D;
       ck.metadata = {{"example", "model_parallel"}, {"layout", layout.str()}};
@@ -242,39 +295,58 @@ int main(int argc, char** argv) {
     const size_t resident = memory_allocated();  // the datasets and the weights
     double last_loss = 0;
     const auto t0 = Clock::now();
-    bool done = false;
+    bool done = false, preempted = false;
     for (int64_t epoch = first_epoch; epoch < args.epochs && !done; ++epoch) {
       loader.set_epoch(epoch);
+      if (epoch == first_epoch && resume_samples > 0) loader.set_start_sample(resume_samples);
+      int64_t batches = 0;  // of this epoch, in this run
       for (const data::Batch& b : loader) {
         opt.zero_grad();
-        if (pipe) {
+        if (pipe) {  // gradients and loss averaged over the replicas by the pipeline
           last_loss = pipe->forward_backward(b.data, b.target, loss_fn);
         } else {
-          const Tensor loss = loss_fn(model->forward(b.data), b.target);
+          Tensor loss;
+          {
+            const amp::autocast ac(DeviceType::CPU, DType::bf16, args.amp);
+            const Tensor x = args.checkpoint_activations ? nn::checkpoint(*model, b.data)
+                                                         : model->forward(b.data);
+            loss = loss_fn(x, b.target);
+          }
           loss.backward();
           last_loss = loss.item<double>();
+          if (D > 1) {  // average the replicas' gradients and losses
+            for (const Tensor& p : params)
+              if (p.grad().defined())
+                layout.data_group().all_reduce(p.grad(), distributed::ReduceOp::Avg).wait();
+            const Tensor l = full({}, last_loss, DType::f64);
+            layout.data_group().all_reduce(l, distributed::ReduceOp::Avg).wait();
+            last_loss = l.item<double>();
+          }
         }
-        if (D > 1)  // average the replicas' gradients
-          for (const Tensor& p : params)
-            if (p.grad().defined())
-              layout.data_group().all_reduce(p.grad(), distributed::ReduceOp::Avg).wait();
         opt.step();
-        if (D > 1) {  // the global batch's loss: the replicas' mean
-          const Tensor l = full({}, last_loss, DType::f64);
-          layout.data_group().all_reduce(l, distributed::ReduceOp::Avg).wait();
-          last_loss = l.item<double>();
-        }
         ++step;
+        ++batches;
         samples += b.size() * D;
-        if (step % 10 == 0 || (args.test && step == args.test_nsteps))
+        if (step % 10 == 0 || (args.test && step == args.test_nsteps)) {
           std::printf("step %lld  loss %.4f\n", static_cast<long long>(step), last_loss);
+          std::fflush(stdout);
+        }
+        if (preempt && preempt->requested()) {
+          save(epoch, loader.samples_after(batches));
+          std::printf("preempted by %s: saved %s at epoch %lld, step %lld\n",
+                      train::signal_name(preempt->signal()), args.checkpoint.c_str(),
+                      static_cast<long long>(epoch + 1), static_cast<long long>(step));
+          preempted = done = true;
+          break;
+        }
         if (args.test && step >= args.test_nsteps) {
           done = true;
           break;
         }
       }
-      if (!args.checkpoint.empty() && !done) save(epoch + 1);
+      if (!args.checkpoint.empty() && !done) save(epoch + 1, 0);
     }
+    if (preempted) return train::kExitRequeue;
     const double secs = seconds(t0, Clock::now());
     const double peak = static_cast<double>(max_memory_allocated() - resident) / (1 << 20);
     const Tensor peaks = zeros({run.ranks}, DType::f64);

@@ -11,8 +11,11 @@
 #include <limits>
 #include <sstream>
 
+#include "dltrain/amp/autocast.hpp"
 #include "dltrain/autograd/node.hpp"
+#include "dltrain/backend/cuda.hpp"
 #include "dltrain/core/error.hpp"
+#include "dltrain/nn/checkpoint.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/optim/optimizer.hpp"
 
@@ -93,31 +96,35 @@ struct Pipeline::MicroBatch {
   Tensor input, output;
 };
 
-std::vector<int64_t> Pipeline::balanced_cuts(const nn::Sequential& model, int stages) {
-  const int64_t n = model.size();
+namespace {
+
+// The p - 1 cut points that minimise the largest stage's total cost, each stage one module at
+// least. best[k][i]: the smallest largest stage when modules [0, i) fill k stages; from[k][i]
+// the start of the last of them. O(p n^2): models have tens or hundreds of top-level modules.
+template <typename T>
+std::vector<int64_t> partition(const std::vector<T>& cost, int stages) {
+  const int64_t n = static_cast<int64_t>(cost.size());
   DLTRAIN_CHECK(stages >= 1 && n >= stages, "Pipeline: ", n, " modules cannot fill ", stages,
                 " stages (each stage needs one at least); use fewer stages or split the model "
                 "into more modules");
-  std::vector<int64_t> prefix(static_cast<size_t>(n + 1), 0);
+  std::vector<T> prefix(static_cast<size_t>(n + 1), T(0));
   for (int64_t i = 0; i < n; ++i)
     prefix[static_cast<size_t>(i + 1)] =
-        prefix[static_cast<size_t>(i)] + model[i]->num_parameters();
-  // best[k][i]: the smallest largest stage when modules [0, i) fill k stages; from[k][i] the
-  // start of the last of them. O(p n^2): models have tens or hundreds of top-level modules.
-  const int64_t inf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(static_cast<size_t>(stages + 1),
-                                         std::vector<int64_t>(static_cast<size_t>(n + 1), inf));
-  auto from = best;
-  best[0][0] = 0;
+        prefix[static_cast<size_t>(i)] + cost[static_cast<size_t>(i)];
+  const T inf = std::numeric_limits<T>::max();
+  std::vector<std::vector<T>> best(static_cast<size_t>(stages + 1),
+                                   std::vector<T>(static_cast<size_t>(n + 1), inf));
+  std::vector<std::vector<int64_t>> from(static_cast<size_t>(stages + 1),
+                                         std::vector<int64_t>(static_cast<size_t>(n + 1), 0));
+  best[0][0] = T(0);
   for (int k = 1; k <= stages; ++k)
     for (int64_t i = k; i <= n; ++i)
       for (int64_t j = k - 1; j < i; ++j) {
-        const int64_t prev = best[static_cast<size_t>(k - 1)][static_cast<size_t>(j)];
+        const T prev = best[static_cast<size_t>(k - 1)][static_cast<size_t>(j)];
         if (prev == inf) continue;
-        const int64_t cost =
-            std::max(prev, prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
-        if (cost < best[static_cast<size_t>(k)][static_cast<size_t>(i)]) {
-          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = cost;
+        const T c = std::max(prev, prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
+        if (c < best[static_cast<size_t>(k)][static_cast<size_t>(i)]) {
+          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = c;
           from[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
         }
       }
@@ -129,6 +136,51 @@ std::vector<int64_t> Pipeline::balanced_cuts(const nn::Sequential& model, int st
   }
   return cuts;
 }
+
+thread_local std::vector<double> last_times;
+
+}  // namespace
+
+std::vector<int64_t> Pipeline::balanced_cuts(const nn::Sequential& model, int stages) {
+  std::vector<int64_t> params;
+  for (int64_t i = 0; i < model.size(); ++i) params.push_back(model[i]->num_parameters());
+  return partition(params, stages);
+}
+
+std::vector<int64_t> Pipeline::timed_cuts(nn::Sequential& model, const Tensor& example,
+                                          ProcessGroup* group, int stages, int repeats) {
+  ProcessGroup& g = group ? *group : default_group();
+  if (stages == 0) stages = g.size();
+  DLTRAIN_CHECK(repeats >= 1, "Pipeline::timed_cuts: repeats = ", repeats, "; pass 1 or more");
+  DLTRAIN_CHECK(example.defined(), "Pipeline::timed_cuts: the example input is undefined");
+  const int64_t n = model.size();
+  DLTRAIN_CHECK(n >= stages, "Pipeline: ", n, " modules cannot fill ", stages,
+                " stages (each stage needs one at least); use fewer stages or split the model "
+                "into more modules");
+  const NoGradGuard no_grad;
+  std::vector<std::vector<double>> runs(static_cast<size_t>(n));
+  for (int r = 0; r <= repeats; ++r) {  // run 0 warms up (allocator, oneDNN primitives)
+    Tensor x = example;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      x = (*model[i])(x);
+      if (x.device().is_cuda()) cuda::synchronize(x.device().index);
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (r > 0) runs[static_cast<size_t>(i)].push_back(dt);
+    }
+  }
+  Tensor times = zeros({n}, DType::f64);
+  for (int64_t i = 0; i < n; ++i) {
+    auto& v = runs[static_cast<size_t>(i)];
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    times.data<double>()[i] = v[v.size() / 2];
+  }
+  if (g.size() > 1) g.all_reduce(times, ReduceOp::Avg).wait();
+  last_times = times.to_vector<double>();
+  return partition(last_times, stages);
+}
+
+const std::vector<double>& Pipeline::last_module_times() { return last_times; }
 
 Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineOptions options)
     : options_(std::move(options)) {
@@ -192,7 +244,9 @@ void Pipeline::forward_one(int j, const PipelineLoss& loss) {
     if (is_floating(mb->input.dtype())) mb->input.requires_grad_(true);
   }
   Timed timed(times_.compute_s);
-  Tensor y = (*stage_)(mb->input);
+  const amp::autocast ac(device_.type, options_.autocast_dtype, options_.autocast);
+  Tensor y =
+      options_.checkpoint_activations ? nn::checkpoint(*stage_, mb->input) : (*stage_)(mb->input);
   if (last) {
     Tensor l = loss(y, targets_[static_cast<size_t>(j)]);
     DLTRAIN_CHECK(l.defined() && l.numel() == 1, "Pipeline: the loss returned ",
@@ -293,6 +347,17 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target,
   if (num_stages_ > 1) {
     Tensor l = full({1}, last ? loss_sum_ : 0.0, DType::f64);
     group_->broadcast(l, num_stages_ - 1).wait();
+    result = l.item<double>();
+  }
+  // Data parallelism: the replicas' gradients of this stage averaged, and their losses.
+  ProcessGroup* dp = options_.data_group;
+  if (dp != nullptr && dp->size() > 1) {
+    std::vector<Work> reduces;
+    for (const Tensor& p : stage_->parameters())
+      if (p.grad().defined()) reduces.push_back(dp->all_reduce(p.grad(), ReduceOp::Avg));
+    Tensor l = full({1}, result, DType::f64);
+    reduces.push_back(dp->all_reduce(l, ReduceOp::Avg));
+    for (Work& w : reduces) w.wait();
     result = l.item<double>();
   }
   times_.step_s = std::chrono::duration<double>(Clock::now() - start).count();

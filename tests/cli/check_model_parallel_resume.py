@@ -15,6 +15,11 @@ where the uninterrupted 2-stage run ends:
     whatever the noise's size: two runs may differ there by up to 2 x steps x lr = 8e-3, and
     that is the bound used.
 
+A 2-stage run signalled (SIGUSR1 to mpirun, which forwards it to the ranks, as Slurm's
+--signal=USR1@T does) in the middle of its epoch must save and exit 75; resumed with --resume
+it must end with exactly the uninterrupted run's model and optimizer state (tolerance 0: the
+same ops on the same rows in the same order).
+
 And --checkpoint with --tensor-parallel is refused (its optimizer state is not gathered).
 
   check_model_parallel_resume.py MPIRUN_SH MODEL_PARALLEL DLTRAIN_CONVERT WORKDIR
@@ -109,6 +114,43 @@ for name, rtol, atol, key_bias in [("three.h5", 1e-6, 0.0, None), ("one.h5", 1e-
         ok, msg = compare(name, section, rtol, atol, key_bias)
         print(f"{'ok' if ok else 'FAILED'}: {section} of the run resumed from {name} against the "
               f"uninterrupted one: {msg}")
+        failed = failed or not ok
+
+# Preemption mid-epoch: 4096 images, 256 steps of 16; the signal once step 10 is logged.
+import signal
+import time
+
+long = ["--pipeline-stages", "2", "--epochs", "1", "--synthetic", "4096"]
+run(2, long + ["--checkpoint", path("long_ref.h5")])
+with open(path("first.log"), "w") as log:
+    proc = subprocess.Popen([mpirun, "2", prog] + common + long +
+                            ["--checkpoint", path("long.h5")], stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(1200):
+        if proc.poll() is not None or "step 10 " in open(path("first.log")).read():
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGUSR1)
+    rc = proc.wait(timeout=300)
+first = open(path("first.log")).read()
+m = re.search(r"preempted by SIGUSR1: saved .* at epoch 1, step ([0-9]+)", first)
+ok = rc == 75 and m is not None and 10 <= int(m.group(1)) < 256
+print(f"{'ok' if ok else 'FAILED'}: signalled after step 10: exit {rc}, "
+      f"{'stopped at step ' + m.group(1) if m else 'no preempted line: ' + first[-500:]}")
+failed = failed or not ok
+if ok:
+    out = run(2, long + ["--checkpoint", path("long.h5"), "--resume"])
+    resumed = re.search(r"resumed from .*: epoch 1, step ([0-9]+), ([0-9]+) samples", out)
+    ok = resumed is not None and resumed.group(1) == m.group(1) and \
+        int(resumed.group(2)) == 16 * int(m.group(1))
+    print(f"{'ok' if ok else 'FAILED'}: resumed mid-epoch at step {m.group(1)}")
+    failed = failed or not ok
+    for section in ("model", "optimizer"):
+        r = subprocess.run([convert, "compare", path("long_ref.h5"), path("long.h5"),
+                            "--section", section], capture_output=True, text=True)
+        ok = r.returncode == 0
+        print(f"{'ok' if ok else 'FAILED'}: {section} after the preempted and resumed run, bit "
+              f"for bit the uninterrupted one's: {r.stdout.strip().splitlines()[-1]}")
         failed = failed or not ok
 
 out = run(2, ["--tensor-parallel", "2", "--checkpoint", path("tp.h5")], expect_rc=2)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The Slurm job files of examples/resnet50/slurm, run with a fake srun and scontrol on PATH:
+# The Slurm job files of examples/*/slurm, run with a fake srun and scontrol on PATH:
 # each must ask for --cpus-per-task and --signal=USR1@..., hand its CPUs to srun
 # (SRUN_CPUS_PER_TASK, which srun >= 22.05 needs), start one task per GPU with --mpi=pmix when
 # there are several, and turn the program's exit 75 (state saved on a signal) into
 # `scontrol requeue <job id>` and exit 0, any other failure into its own exit status.
-# Usage: check_job_files.sh DIR
+# Usage: check_job_files.sh DIR [MIN_FILES (4)]
 set -uo pipefail
-dir=$1
+dir=$1 min_files=${2:-4}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/bin"
@@ -23,7 +23,7 @@ chmod +x "$tmp/bin/srun" "$tmp/bin/scontrol"
 fail=0
 bad() { echo "FAIL $1: $2"; fail=1; }
 files=("$dir"/*.slurm)
-(( ${#files[@]} >= 4 )) || bad "$dir" "expected the four job files, found ${#files[@]}"
+(( ${#files[@]} >= min_files )) || bad "$dir" "expected $min_files job files at least, found ${#files[@]}"
 for f in "${files[@]}"; do
   name=$(basename "$f")
   bash -n "$f" || bad "$name" "bash -n"

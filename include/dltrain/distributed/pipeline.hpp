@@ -86,6 +86,19 @@ struct PipelineOptions {
   /// `loss` returns the micro-batch's mean: weight it by the micro-batch's share of the batch.
   /// False: it returns a sum, added unweighted.
   bool mean_loss = true;
+  /// Data parallelism over replicas of the pipeline (RankLayout::data_group()): after each
+  /// step, this stage's parameter gradients are averaged over this group (the same stage of
+  /// every replica), and forward_backward returns the replicas' mean loss. Null: none.
+  ProcessGroup* data_group = nullptr;
+  /// Activation checkpointing per stage: each micro-batch's stage forward keeps only its
+  /// input and is recomputed in backward (nn::checkpoint), so a stage stores one input per
+  /// micro-batch in flight instead of all its intermediates. Same gradients.
+  bool checkpoint_activations = false;
+  /// Mixed precision: the stages' forwards and the loss run under amp::autocast of
+  /// `autocast_dtype` on the stage's device (backward outside it, as train::TrainStep does);
+  /// activations cross stages in the dtype they have (bf16/f16 halve the traffic).
+  bool autocast = false;
+  DType autocast_dtype = DType::bf16;
 };
 
 class Pipeline {
@@ -155,6 +168,17 @@ class Pipeline {
   /// Cuts that balance the stages' parameter counts: the p - 1 start indices minimising the
   /// largest stage's number of parameter elements (each stage at least one module).
   static std::vector<int64_t> balanced_cuts(const nn::Sequential& model, int stages);
+  /// Cuts that balance the stages' measured forward time: every rank of `group` times each
+  /// module's forward on `example` (a micro-batch's input to the whole model; the median of
+  /// `repeats` runs after one warm-up, without autograd), the times are averaged over the group
+  /// (so every rank gets the same cuts) and partitioned as balanced_cuts does. Collective over
+  /// `group` (null: default_group()); `stages` defaults to its size.
+  static std::vector<int64_t> timed_cuts(nn::Sequential& model, const Tensor& example,
+                                         ProcessGroup* group = nullptr, int stages = 0,
+                                         int repeats = 3);
+  /// The module times timed_cuts measured last on this thread (seconds per module, averaged
+  /// over the group), for reports.
+  static const std::vector<double>& last_module_times();
 
  private:
   struct MicroBatch;
