@@ -29,10 +29,11 @@
 // --checkpoint writes, at each epoch end, the whole model's weights and AdamW state gathered on
 // rank 0 (Pipeline::full_state_dict / full_optimizer_state_dict) as one ordinary checkpoint: a
 // single process loads it (io::load_checkpoint), and --resume continues from it at the next
-// epoch on any number of pipeline stages and replicas, one process included (tensor-parallel
-// runs do not gather their optimizer state yet: refused). With --checkpoint, SIGUSR1 or SIGTERM
-// (Slurm's wall-time warning, preemption) saves at the next step boundary, with the position in
-// the epoch, and exits 75 for slurm/cpu-ranks.slurm to requeue; --resume continues mid-epoch.
+// epoch on any layout, one process included (tensor-parallel blocks are gathered first:
+// distributed::gather_state_dict / gather_optimizer_state_dict). With --checkpoint, SIGUSR1 or
+// SIGTERM (Slurm's wall-time warning, preemption) saves at the next step boundary, with the
+// position in the epoch, and exits 75 for slurm/cpu-ranks.slurm to requeue; --resume continues
+// mid-epoch.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -108,10 +109,6 @@ Args parse(int argc, char** argv) {
                "number of stages and replicas)");
   a.parse(f, argc, argv);
   if (28 % a.patch != 0) f.fail("--patch must divide 28 (the images' size)");
-  if (!a.checkpoint.empty() && a.tensor > 1)
-    f.fail(
-        "--checkpoint needs --tensor-parallel 1: the tensor-parallel layers' optimizer state is "
-        "not gathered yet (issue 31); use pipeline and data parallelism for a checkpointed run");
   if (a.resume && a.checkpoint.empty()) f.fail("--resume needs --checkpoint FILE.h5");
   return a;
 }
@@ -255,16 +252,25 @@ int main(int argc, char** argv) {
 
     const auto loss_fn = [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
     int64_t step = 0, samples = 0, first_epoch = 0, resume_samples = 0;
-    // --resume: every rank reads the file and keeps its stage's part of the weights and state.
+    // What this rank trains: its stage, or the model; tensor-parallel layers inside it hold
+    // blocks, which distributed::gather_* make whole (no communication without such layers).
+    nn::Module& local = pipe ? static_cast<nn::Module&>(pipe->stage_module()) : *model;
+    // The whole model's weights and optimizer state on rank 0: each stage's gathered over its
+    // tensor group, then the stages over each pipeline group (collective on every rank).
+    const auto gather_model = [&] {
+      const StateDict mine = distributed::gather_state_dict(local);
+      return pipe ? pipe->full_state_dict(mine, 0) : mine;
+    };
+    const auto gather_optimizer = [&] {
+      const StateDict mine = distributed::gather_optimizer_state_dict(local, opt);
+      return pipe ? pipe->full_optimizer_state_dict(mine, 0) : mine;
+    };
+    // --resume: every rank reads the file and keeps its part of the weights and state.
     if (args.resume && std::filesystem::exists(args.checkpoint)) {
       const io::Checkpoint ck = io::read_checkpoint(args.checkpoint);
-      if (pipe) {
-        pipe->load_full_state_dict(ck.model);
-        pipe->load_full_optimizer_state_dict(opt, ck.optimizer);
-      } else {
-        model->load_state_dict(ck.model);
-        opt.load_state_dict(ck.optimizer);
-      }
+      distributed::load_full_state_dict(local, pipe ? pipe->stage_state(ck.model) : ck.model);
+      distributed::load_full_optimizer_state_dict(
+          local, opt, pipe ? pipe->stage_optimizer_state(opt, ck.optimizer) : ck.optimizer);
       first_epoch = ck.progress.epoch;
       step = ck.progress.step;
       // Mid-epoch (a preemption): the rest of the same epoch order, whatever the replicas.
@@ -281,8 +287,8 @@ int main(int argc, char** argv) {
     // the epoch to resume in and how many of its samples (over the replicas) are done.
     const auto save = [&](int64_t epoch, int64_t samples_in_epoch) {
       io::Checkpoint ck;
-      ck.model = pipe ? pipe->full_state_dict(0) : model->state_dict();
-      ck.optimizer = pipe ? pipe->full_optimizer_state_dict(opt, 0) : opt.state_dict();
+      ck.model = gather_model();
+      ck.optimizer = gather_optimizer();
       ck.progress.epoch = epoch;
       ck.progress.samples_in_epoch = samples_in_epoch;
       ck.progress.step = step;
@@ -361,12 +367,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(step), secs, static_cast<double>(samples) / secs, last_loss);
 
     // The full weights on rank 0, in an ordinary model: its test accuracy.
-    StateDict full;
-    if (P > 1 && T > 1) {
-      std::printf("(evaluation needs P = 1 or T = 1: gathering across both is not wired yet)\n");
-    } else {
-      full = pipe ? pipe->full_state_dict(0) : distributed::gather_state_dict(*model);
-    }
+    const StateDict full = gather_model();
     double acc = -1;
     if (run.rank == 0 && !full.empty()) {
       auto reference = make_vit(args, nullptr);

@@ -18,6 +18,7 @@
 #include "dltrain/nn/checkpoint.hpp"
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/optim/optimizer.hpp"
+#include "src/optim/state_keys.hpp"
 
 namespace dltrain::distributed {
 
@@ -399,37 +400,12 @@ std::vector<StateDict> gather_dicts(ProcessGroup& g, const StateDict& mine, int 
   return all;
 }
 
-// Optimizer state-dict keys (optim/optimizer.hpp): "state.<i>.<name>", "param_groups.<k>.params"
-// and the groups' other fields, "type".
-const std::string kState = "state.", kGroups = "param_groups.";
-
-std::string group_key(size_t k, const std::string& field) {
-  return kGroups + std::to_string(k) + "." + field;
-}
-
-// The number of parameter groups of an optimizer state dict.
-size_t count_groups(const StateDict& d) {
-  size_t k = 0;
-  while (d.contains(group_key(k, "params"))) ++k;
-  return k;
-}
-
-// Splits "state.<i>.<rest>" into i and rest; false for any other key.
-bool parse_state_key(const std::string& key, int64_t& index, std::string& rest) {
-  if (key.rfind(kState, 0) != 0) return false;
-  const size_t dot = key.find('.', kState.size());
-  if (dot == std::string::npos || dot == kState.size()) return false;
-  const std::string num = key.substr(kState.size(), dot - kState.size());
-  if (num.find_first_not_of("0123456789") != std::string::npos) return false;
-  index = std::stoll(num);
-  rest = key.substr(dot + 1);
-  return true;
-}
-
-bool is_group_params(const std::string& key) {
-  return key.rfind(kGroups, 0) == 0 && key.size() > 7 &&
-         key.compare(key.size() - 7, 7, ".params") == 0;
-}
+using optim::detail::count_groups;
+using optim::detail::group_key;
+using optim::detail::is_group_params;
+using optim::detail::parse_state_key;
+const std::string& kState = optim::detail::kStatePrefix;
+const std::string& kGroups = optim::detail::kGroupPrefix;
 
 bool same_values(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
@@ -448,10 +424,24 @@ Tensor index_range(int64_t first, int64_t n) {
 }  // namespace
 
 StateDict Pipeline::full_state_dict(int root) {
+  return full_state_dict(stage_->state_dict(), root);
+}
+
+StateDict Pipeline::stage_state(const StateDict& full) const {
+  StateDict mine;
+  for (const std::string& k : stage_->state_dict().keys()) {
+    DLTRAIN_CHECK(full.contains(k), "Pipeline: stage ", stage_index_, " needs '", k,
+                  "', which the state dict lacks; pass the full model's state dict");
+    mine.insert(k, full.at(k));
+  }
+  return mine;
+}
+
+StateDict Pipeline::full_state_dict(const StateDict& stage_state, int root) {
   DLTRAIN_CHECK(root >= 0 && root < num_stages_, "Pipeline::full_state_dict: root ", root,
                 " is not a rank of the pipeline group of ", num_stages_);
   const std::vector<StateDict> all =
-      gather_dicts(*group_, stage_->state_dict(), stage_index_, num_stages_, root);
+      gather_dicts(*group_, stage_state, stage_index_, num_stages_, root);
   // Stages in model order whatever the root: the keys come out as the full model's.
   StateDict out;
   for (const StateDict& d : all) out.merge(d);
@@ -460,8 +450,6 @@ StateDict Pipeline::full_state_dict(int root) {
 
 StateDict Pipeline::full_optimizer_state_dict(const optim::Optimizer& optimizer, int root) {
   const char* ctx = "Pipeline::full_optimizer_state_dict";
-  DLTRAIN_CHECK(root >= 0 && root < num_stages_, ctx, ": root ", root,
-                " is not a rank of the pipeline group of ", num_stages_);
   {  // the optimizer must step exactly this stage's parameters
     std::vector<const void*> mine;
     for (const Tensor& t : stage_->parameters()) mine.push_back(t.impl().get());
@@ -474,8 +462,15 @@ StateDict Pipeline::full_optimizer_state_dict(const optim::Optimizer& optimizer,
                   " parameters that are not exactly the stage's ", mine.size(),
                   "; build it over stage_module()'s parameters (Pipeline::parameters())");
   }
+  return full_optimizer_state_dict(optimizer.state_dict(), root);
+}
+
+StateDict Pipeline::full_optimizer_state_dict(const StateDict& stage_optimizer_state, int root) {
+  const char* ctx = "Pipeline::full_optimizer_state_dict";
+  DLTRAIN_CHECK(root >= 0 && root < num_stages_, ctx, ": root ", root,
+                " is not a rank of the pipeline group of ", num_stages_);
   const std::vector<StateDict> all =
-      gather_dicts(*group_, optimizer.state_dict(), stage_index_, num_stages_, root);
+      gather_dicts(*group_, stage_optimizer_state, stage_index_, num_stages_, root);
   if (stage_index_ != root) return {};
   const StateDict& first = all[static_cast<size_t>(root)];
   const size_t groups = count_groups(first);
@@ -544,6 +539,11 @@ StateDict Pipeline::full_optimizer_state_dict(const optim::Optimizer& optimizer,
 }
 
 void Pipeline::load_full_optimizer_state_dict(optim::Optimizer& optimizer, const StateDict& state) {
+  optimizer.load_state_dict(stage_optimizer_state(optimizer, state));
+}
+
+StateDict Pipeline::stage_optimizer_state(const optim::Optimizer& optimizer,
+                                          const StateDict& state) {
   const char* ctx = "Pipeline::load_full_optimizer_state_dict";
   const StateDict mine = optimizer.state_dict();
   const size_t groups = count_groups(mine);
@@ -603,17 +603,11 @@ void Pipeline::load_full_optimizer_state_dict(optim::Optimizer& optimizer, const
     local.insert(group_key(k, "params"), index_range(first, n(s, k)));
     first += n(s, k);
   }
-  optimizer.load_state_dict(local);
+  return local;
 }
 
 void Pipeline::load_full_state_dict(const StateDict& state) {
-  StateDict mine;
-  for (const std::string& k : stage_->state_dict().keys()) {
-    DLTRAIN_CHECK(state.contains(k), "Pipeline::load_full_state_dict: stage ", stage_index_,
-                  " needs '", k, "', which the state dict lacks; pass the full model's state dict");
-    mine.insert(k, state.at(k));
-  }
-  stage_->load_state_dict(mine, /*strict=*/true);
+  stage_->load_state_dict(stage_state(state), /*strict=*/true);
 }
 
 }  // namespace dltrain::distributed

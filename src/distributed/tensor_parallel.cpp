@@ -24,6 +24,8 @@
 #include "dltrain/ops/elementwise.hpp"
 #include "dltrain/ops/linalg.hpp"
 #include "dltrain/ops/reduction.hpp"
+#include "dltrain/optim/optimizer.hpp"
+#include "src/optim/state_keys.hpp"
 
 namespace dltrain::distributed {
 
@@ -292,6 +294,72 @@ nn::LoadResult load_full_state_dict(nn::Module& module, const StateDict& full, b
                  it == sharded.end() ? t : it->second.first->slice_shard(it->second.second, t));
   }
   return module.load_state_dict(local, strict);
+}
+
+namespace {
+
+// The optimizer's flat indices of `module`'s sharded parameters, with their layer and own name
+// and local shape; throws when the optimizer holds a parameter the module does not.
+struct ShardedIndex {
+  const TensorParallelModule* layer;
+  std::string name;
+  Shape local;
+};
+std::map<int64_t, ShardedIndex> sharded_indices(const nn::Module& module,
+                                                const optim::Optimizer& optimizer,
+                                                const char* ctx) {
+  const auto sharded = sharded_params(module);
+  std::map<const void*, std::pair<std::string, Shape>> name_of;
+  for (const auto& [n, t] : module.named_parameters()) name_of[t.impl().get()] = {n, t.shape()};
+  std::map<int64_t, ShardedIndex> out;
+  int64_t i = 0;
+  for (const auto& group : optimizer.param_groups())
+    for (const Tensor& t : group.params) {
+      const auto it = name_of.find(t.impl().get());
+      DLTRAIN_CHECK(it != name_of.end(), ctx, ": the optimizer's parameter ", i,
+                    " is not one of the module's; pass the module the optimizer steps");
+      const auto s = sharded.find(it->second.first);
+      if (s != sharded.end()) out[i] = {s->second.first, s->second.second, it->second.second};
+      ++i;
+    }
+  return out;
+}
+
+}  // namespace
+
+StateDict gather_optimizer_state_dict(const nn::Module& module, const optim::Optimizer& optimizer) {
+  const auto sharded =
+      sharded_indices(module, optimizer, "distributed::gather_optimizer_state_dict");
+  StateDict out;
+  for (const auto& [key, t] : optimizer.state_dict()) {  // in key order: the same on every rank
+    int64_t i = 0;
+    std::string rest;
+    const auto it = optim::detail::parse_state_key(key, i, rest) ? sharded.find(i) : sharded.end();
+    if (it != sharded.end() && t.shape() == it->second.local)
+      out.insert(key, it->second.layer->gather_shard(it->second.name, t));
+    else
+      out.insert(key, t);
+  }
+  return out;
+}
+
+void load_full_optimizer_state_dict(const nn::Module& module, optim::Optimizer& optimizer,
+                                    const StateDict& full) {
+  const char* ctx = "distributed::load_full_optimizer_state_dict";
+  const auto sharded = sharded_indices(module, optimizer, ctx);
+  StateDict local;
+  for (const auto& [key, t] : full) {
+    int64_t i = 0;
+    std::string rest;
+    const auto it = optim::detail::parse_state_key(key, i, rest) ? sharded.find(i) : sharded.end();
+    // A state with the parameter's shape (a moment) is sliced; a scalar (the step) is not.
+    if (it != sharded.end() && t.dim() == static_cast<int64_t>(it->second.local.size()) &&
+        t.dim() > 0)
+      local.insert(key, it->second.layer->slice_shard(it->second.name, t));
+    else
+      local.insert(key, t);
+  }
+  optimizer.load_state_dict(local);
 }
 
 nn::NamedTensors gather_grads(const nn::Module& module) {

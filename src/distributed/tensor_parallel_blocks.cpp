@@ -150,8 +150,8 @@ std::pair<Tensor, Tensor> TensorParallelMultiheadAttention::forward(
   const nn::detail::AttentionInputs in =
       nn::detail::check_attention_inputs(op, query, key, value, bf, embed_dim, kdim, vdim);
   const bool batched = in.batched;
-  const int64_t N = in.N, L = in.L, S = in.S, E = embed_dim, H = num_heads, Hl = heads_per_rank,
-                D = head_dim, El = Hl * D, r = group().rank();
+  const int64_t N = in.N, L = in.L, S = in.S, H = num_heads, Hl = heads_per_rank, D = head_dim,
+                El = Hl * D, r = group().rank();
 
   // Column-parallel projections of the replicated inputs (f on each distinct input).
   const bool kv_same = key.impl() == value.impl(), qk_same = query.impl() == key.impl();

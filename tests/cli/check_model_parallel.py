@@ -26,6 +26,7 @@ layouts = [
     (2, ["--tensor-parallel", "2"]),
     (4, ["--pipeline-stages", "2", "--batch-size", "16"]),
     (4, ["--tensor-parallel", "2", "--batch-size", "16"]),
+    (4, ["--pipeline-stages", "2", "--tensor-parallel", "2"]),
     (2, ["--pipeline-stages", "2", "--checkpoint-activations", "--balance", "time"]),
 ]
 amp_layouts = [(1, ["--amp"]), (2, ["--pipeline-stages", "2", "--amp"])]

@@ -146,6 +146,12 @@ class Pipeline {
   /// (under the full model's names: a single process's load_state_dict takes it); an empty
   /// one on the other ranks. Collective over the pipeline group.
   StateDict full_state_dict(int root = 0);
+  /// full_state_dict of a given state of this stage (its entries under the full model's
+  /// names): distributed::gather_state_dict(stage_module()) when the stages hold
+  /// tensor-parallel layers. Collective over the pipeline group.
+  StateDict full_state_dict(const StateDict& stage_state, int root);
+  /// This stage's entries of a full model state dict (strict: a missing one throws naming it).
+  StateDict stage_state(const StateDict& full) const;
   /// Loads this stage's entries of a full state dict (from full_state_dict or a single
   /// process's model); entries of other stages are skipped. Strict for this stage: a missing
   /// entry or another shape throws naming it. No communication.
@@ -158,12 +164,20 @@ class Pipeline {
   /// have the same type, number of groups and group hyper-parameters (a group may be empty on
   /// a stage); dltrain::Error names what differs. Collective over the pipeline group.
   StateDict full_optimizer_state_dict(const optim::Optimizer& optimizer, int root = 0);
+  /// full_optimizer_state_dict of a given state of this stage's optimizer (numbered as that
+  /// optimizer numbers it): distributed::gather_optimizer_state_dict(stage_module(), opt) when
+  /// the stages hold tensor-parallel layers. Collective over the pipeline group.
+  StateDict full_optimizer_state_dict(const StateDict& stage_optimizer_state, int root);
   /// Loads this stage's part of a whole-model optimizer state (from full_optimizer_state_dict
   /// or a single process's optimizer) into `optimizer`, built as for
   /// full_optimizer_state_dict; the cut may differ from the one it was saved with. Throws
   /// dltrain::Error (on every rank) when the state's groups do not hold the stages' parameters.
   /// Collective over the pipeline group (the stages exchange their group sizes).
   void load_full_optimizer_state_dict(optim::Optimizer& optimizer, const StateDict& state);
+  /// This stage's part of a whole-model optimizer state, numbered as `optimizer` numbers its
+  /// parameters (what load_full_optimizer_state_dict loads into it); for tensor-parallel
+  /// stages, distributed::load_full_optimizer_state_dict slices it. Collective as that.
+  StateDict stage_optimizer_state(const optim::Optimizer& optimizer, const StateDict& state);
 
   /// Cuts that balance the stages' parameter counts: the p - 1 start indices minimising the
   /// largest stage's number of parameter elements (each stage at least one module).

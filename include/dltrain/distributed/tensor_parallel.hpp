@@ -47,6 +47,10 @@
 #include "dltrain/nn/module.hpp"
 #include "dltrain/nn/transformer.hpp"
 
+namespace dltrain::optim {
+class Optimizer;
+}
+
 namespace dltrain::distributed {
 
 // --- the region operators ------------------------------------------------------------------
@@ -116,6 +120,18 @@ StateDict gather_state_dict(const nn::Module& module);
 /// every sharded parameter takes this rank's block. No communication. strict as
 /// Module::load_state_dict; a full tensor of the wrong shape is an error naming it.
 nn::LoadResult load_full_state_dict(nn::Module& module, const StateDict& full, bool strict = true);
+/// The state dict of `optimizer` (over `module`'s parameters, sharded ones included) as the
+/// same optimizer over the ordinary model saves it: each state tensor of a sharded parameter
+/// with the parameter's local shape (Adam's moments, SGD's momentum, ...) gathered to the full
+/// shape; scalars (a step count) and the other entries unchanged. Its flat indices are this
+/// optimizer's, which are the ordinary model's when its groups are built by the same rule
+/// (the tensor-parallel layers keep the ordinary ones' parameter names and order). Collective
+/// like gather_state_dict; every rank returns it.
+StateDict gather_optimizer_state_dict(const nn::Module& module, const optim::Optimizer& optimizer);
+/// Loads such a state (gather_optimizer_state_dict's, a single process's) into `optimizer`:
+/// the state tensors of sharded parameters take this rank's block. No communication.
+void load_full_optimizer_state_dict(const nn::Module& module, optim::Optimizer& optimizer,
+                                    const StateDict& full);
 /// The gradients of `module`'s parameters under the ordinary model's names and shapes,
 /// sharded ones gathered (a missing gradient counts as zeros there; undefined elsewhere).
 /// Collective like gather_state_dict.
