@@ -236,6 +236,18 @@ std::unique_ptr<optim::Optimizer> adamw_two_groups(const nn::Module& m) {
                                         optim::AdamWOptions{.lr = 0.01});
 }
 
+// One optimizer step of `model` (one process) or of the pipeline on the batch (x, y).
+void step_of(nn::Module& model, optim::Optimizer& opt, const std::pair<Tensor, Tensor>& xy) {
+  opt.zero_grad();
+  mse_loss(model.forward(xy.first), xy.second).backward();
+  opt.step();
+}
+void step_of(Pipeline& pipe, optim::Optimizer& opt, const std::pair<Tensor, Tensor>& xy) {
+  opt.zero_grad();
+  pipe.forward_backward(xy.first, xy.second, mse);
+  opt.step();
+}
+
 // Largest difference between two state dicts with the same keys (integers compared as f64).
 double state_diff(const StateDict& a, const StateDict& b) {
   REQUIRE(a.keys() == b.keys());
@@ -265,12 +277,8 @@ TEST_CASE(
   };
   for (int step = 0; step < 5; ++step) {
     const auto xy = batch();
-    ref_opt->zero_grad();
-    mse_loss((*ref)(xy.first), xy.second).backward();
-    ref_opt->step();
-    opt->zero_grad();
-    pipe.forward_backward(xy.first, xy.second, mse);
-    opt->step();
+    step_of(*ref, *ref_opt, xy);
+    step_of(pipe, *opt, xy);
   }
   // Gathered on rank 0: the single process's keys, flat indices and groups, its values.
   io::Checkpoint ck;
@@ -316,15 +324,9 @@ TEST_CASE(
   if (me == 0) CHECK(state_diff(round_trip, loaded.optimizer) == 0.0);
   for (int step = 0; step < 4; ++step) {
     const auto xy = batch();
-    single_opt->zero_grad();
-    mse_loss((*single)(xy.first), xy.second).backward();
-    single_opt->step();
-    again_opt->zero_grad();
-    again.forward_backward(xy.first, xy.second, mse);
-    again_opt->step();
-    ref_opt->zero_grad();  // the uninterrupted run
-    mse_loss((*ref)(xy.first), xy.second).backward();
-    ref_opt->step();
+    step_of(*single, *single_opt, xy);
+    step_of(again, *again_opt, xy);
+    step_of(*ref, *ref_opt, xy);  // the uninterrupted run
   }
   const StateDict want = single->state_dict(), uninterrupted = ref->state_dict();
   double worst = 0, worst_ref = 0;

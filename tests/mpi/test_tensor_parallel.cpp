@@ -566,6 +566,26 @@ TEST_CASE("tensor parallel: TensorParallelTransformerEncoderLayer equals the ord
                     Catch::Contains("nhead (13) must be divisible"));
 }
 
+namespace {
+
+// `layers` ordinary encoder layers and their tensor-parallel form over `g`, from the same seed
+// (so the same weights), in f64.
+std::pair<std::shared_ptr<nn::Sequential>, std::shared_ptr<nn::Sequential>> encoder_pair(
+    uint64_t seed, int layers, ProcessGroup& g) {
+  const nn::TransformerEncoderLayerOptions o{
+      .dim_feedforward = kF, .dropout = 0.0, .activation = "gelu", .batch_first = true};
+  auto ref = std::make_shared<nn::Sequential>(), tp = std::make_shared<nn::Sequential>();
+  manual_seed(seed);
+  for (int i = 0; i < layers; ++i)
+    ref->push_back(std::make_shared<nn::TransformerEncoderLayer>(kE, kHeads, o, kF64));
+  manual_seed(seed);
+  for (int i = 0; i < layers; ++i)
+    tp->push_back(std::make_shared<TensorParallelTransformerEncoderLayer>(kE, kHeads, g, o, kF64));
+  return {ref, tp};
+}
+
+}  // namespace
+
 TEST_CASE("tensor parallel: two encoder layers train like one process for 10 SGD steps",
           "[mpi][tp]") {
   // Element-wise optimizers update each shard as the ordinary optimizer updates that block;
@@ -576,16 +596,8 @@ TEST_CASE("tensor parallel: two encoder layers train like one process for 10 SGD
   // divides by its own square root into up to +-lr per step; two summation orders can then
   // differ by far more than rounding (10 AdamW steps gave 1.1e-12 here, SGD 5e-17).
   ProcessGroup& g = default_group();
-  const nn::TransformerEncoderLayerOptions o{
-      .dim_feedforward = kF, .dropout = 0.0, .activation = "gelu", .batch_first = true};
-  manual_seed(51);
-  nn::Sequential ref;
-  ref.push_back(std::make_shared<nn::TransformerEncoderLayer>(kE, kHeads, o, kF64))
-      .push_back(std::make_shared<nn::TransformerEncoderLayer>(kE, kHeads, o, kF64));
-  manual_seed(51);
-  nn::Sequential tp;
-  tp.push_back(std::make_shared<TensorParallelTransformerEncoderLayer>(kE, kHeads, g, o, kF64))
-      .push_back(std::make_shared<TensorParallelTransformerEncoderLayer>(kE, kHeads, g, o, kF64));
+  const auto [ref_ptr, tp_ptr] = encoder_pair(51, 2, g);
+  nn::Sequential &ref = *ref_ptr, &tp = *tp_ptr;
   const optim::SGDOptions so{.lr = 0.05, .momentum = 0.9};
   optim::SGD opt_ref(ref.parameters(), so), opt_tp(tp.parameters(), so);
   for (int step = 0; step < 10; ++step) {
@@ -619,14 +631,8 @@ TEST_CASE("tensor parallel: two encoder layers train like one process for 10 SGD
 TEST_CASE("tensor parallel: the optimizer state gathers to one process's and loads back",
           "[mpi][tp]") {
   ProcessGroup& g = default_group();
-  const nn::TransformerEncoderLayerOptions o{
-      .dim_feedforward = kF, .dropout = 0.0, .activation = "gelu", .batch_first = true};
-  manual_seed(52);
-  nn::Sequential ref;
-  ref.push_back(std::make_shared<nn::TransformerEncoderLayer>(kE, kHeads, o, kF64));
-  manual_seed(52);
-  nn::Sequential tp;
-  tp.push_back(std::make_shared<TensorParallelTransformerEncoderLayer>(kE, kHeads, g, o, kF64));
+  const auto [ref_ptr, tp_ptr] = encoder_pair(52, 1, g);
+  nn::Sequential &ref = *ref_ptr, &tp = *tp_ptr;
   const optim::SGDOptions so{.lr = 0.05, .momentum = 0.9};
   optim::SGD opt_ref(optim::param_groups_no_decay(ref, 0.01), so);
   optim::SGD opt_tp(optim::param_groups_no_decay(tp, 0.01), so);
@@ -656,9 +662,8 @@ TEST_CASE("tensor parallel: the optimizer state gathers to one process's and loa
   const StateDict full = gather_optimizer_state_dict(tp, opt_tp);
   CHECK(relative(full, opt_ref.state_dict()) < 1e-12);
   // Back onto a fresh tensor-parallel optimizer, and the single process's state onto one.
-  manual_seed(7);
-  nn::Sequential tp2;
-  tp2.push_back(std::make_shared<TensorParallelTransformerEncoderLayer>(kE, kHeads, g, o, kF64));
+  const auto other = encoder_pair(7, 1, g);
+  nn::Sequential& tp2 = *other.second;
   optim::SGD opt_tp2(optim::param_groups_no_decay(tp2, 0.01), so);
   load_full_optimizer_state_dict(tp2, opt_tp2, full);
   CHECK(relative(gather_optimizer_state_dict(tp2, opt_tp2), full) == 0.0);
