@@ -51,6 +51,20 @@ double max_diff(const Tensor& a, const Tensor& b) {
 
 Tensor mse(const Tensor& out, const Tensor& target) { return mse_loss(out, target); }
 
+// One optimizer step of the single process `ref` and of `pipe` on the batch (x, y); returns
+// the difference of the two losses.
+double step_both(nn::Module& ref, optim::Optimizer& ref_opt, Pipeline& pipe, optim::Optimizer& opt,
+                 const Tensor& x, const Tensor& y) {
+  ref_opt.zero_grad();
+  const Tensor l = mse_loss(ref.forward(x), y);
+  l.backward();
+  ref_opt.step();
+  opt.zero_grad();
+  const double pl = pipe.forward_backward(x, y, mse);
+  opt.step();
+  return std::abs(pl - l.item<double>());
+}
+
 }  // namespace
 
 TEST_CASE("Pipeline: GPipe and 1F1B match one process for 20 SGD steps (f64)", "[mpi][pipeline]") {
@@ -84,14 +98,7 @@ TEST_CASE("Pipeline: GPipe and 1F1B match one process for 20 SGD steps (f64)", "
     double worst_loss = 0;
     for (int step = 0; step < 20; ++step) {
       Tensor x = randn({12, 4}, DType::f64, &gen), y = randn({12, 3}, DType::f64, &gen);
-      ref_opt.zero_grad();
-      Tensor l = mse_loss((*ref)(x), y);
-      l.backward();
-      ref_opt.step();
-      opt.zero_grad();
-      const double pl = pipe.forward_backward(x, y, mse);
-      opt.step();
-      worst_loss = std::max(worst_loss, std::abs(pl - l.item<double>()));
+      worst_loss = std::max(worst_loss, step_both(*ref, ref_opt, pipe, opt, x, y));
       CHECK(pipe.stored_activations() == 0);
     }
     CHECK(worst_loss <= kTol);
@@ -388,14 +395,7 @@ TEST_CASE("Pipeline: a transformer encoder matches one process for 20 SGD steps 
     double worst_loss = 0;
     for (int step = 0; step < 20; ++step) {
       Tensor x = randn({10, 5, 4}, DType::f64, &gen), y = randn({10, 3}, DType::f64, &gen);
-      ref_opt.zero_grad();
-      Tensor l = mse_loss((*ref)(x), y);
-      l.backward();
-      ref_opt.step();
-      opt.zero_grad();
-      const double pl = pipe.forward_backward(x, y, mse);
-      opt.step();
-      worst_loss = std::max(worst_loss, std::abs(pl - l.item<double>()));
+      worst_loss = std::max(worst_loss, step_both(*ref, ref_opt, pipe, opt, x, y));
     }
     CHECK(worst_loss <= kTol);
     const StateDict want = ref->state_dict();

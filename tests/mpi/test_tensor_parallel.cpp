@@ -584,6 +584,34 @@ std::pair<std::shared_ptr<nn::Sequential>, std::shared_ptr<nn::Sequential>> enco
   return {ref, tp};
 }
 
+// `steps` SGD steps of both models on replicated batches (x from seed x_seed + step, the
+// target from y_seed + step).
+void train_both(nn::Module& ref, optim::Optimizer& opt_ref, nn::Module& tp,
+                optim::Optimizer& opt_tp, int steps, uint64_t x_seed, uint64_t y_seed) {
+  for (int step = 0; step < steps; ++step) {
+    const auto k = static_cast<uint64_t>(step);
+    const Tensor x = replicated({kN, kL, kE}, x_seed + k), y = replicated({kN, kL, kE}, y_seed + k);
+    opt_ref.zero_grad();
+    mse_loss(ref.forward(x), y).backward();
+    opt_ref.step();
+    opt_tp.zero_grad();
+    mse_loss(tp.forward(x), y).backward();
+    opt_tp.step();
+  }
+}
+
+// |got - want| / |want| over all the tensors of two state dicts with the same keys.
+double relative_diff(const StateDict& got, const StateDict& want) {
+  REQUIRE(got.keys() == want.keys());
+  double num = 0, den = 0;
+  for (const auto& [name, t] : want) {
+    const Tensor w = t.to(DType::f64), d = sub(got.at(name).to(DType::f64), w);
+    num += sum(mul(d, d)).item<double>();
+    den += sum(mul(w, w)).item<double>();
+  }
+  return std::sqrt(num / den);
+}
+
 }  // namespace
 
 TEST_CASE("tensor parallel: two encoder layers train like one process for 10 SGD steps",
@@ -600,24 +628,8 @@ TEST_CASE("tensor parallel: two encoder layers train like one process for 10 SGD
   nn::Sequential &ref = *ref_ptr, &tp = *tp_ptr;
   const optim::SGDOptions so{.lr = 0.05, .momentum = 0.9};
   optim::SGD opt_ref(ref.parameters(), so), opt_tp(tp.parameters(), so);
-  for (int step = 0; step < 10; ++step) {
-    const Tensor x = replicated({kN, kL, kE}, 60 + static_cast<uint64_t>(step)),
-                 y = replicated({kN, kL, kE}, 80 + static_cast<uint64_t>(step));
-    opt_ref.zero_grad();
-    mse_loss(ref.forward(x), y).backward();
-    opt_ref.step();
-    opt_tp.zero_grad();
-    mse_loss(tp.forward(x), y).backward();
-    opt_tp.step();
-  }
-  double num = 0, den = 0;
-  const StateDict full = gather_state_dict(tp);
-  for (const auto& [name, t] : ref.state_dict()) {
-    const Tensor d = sub(full.at(name), t);
-    num += sum(mul(d, d)).item<double>();
-    den += sum(mul(t, t)).item<double>();
-  }
-  const double rel = std::sqrt(num / den);
+  train_both(ref, opt_ref, tp, opt_tp, 10, 60, 80);
+  const double rel = relative_diff(gather_state_dict(tp), ref.state_dict());
   if (g.rank() == 0)
     std::printf("two TP encoder layers, 10 SGD steps on %d ranks: relative difference %.3g\n",
                 g.size(), rel);
@@ -636,44 +648,22 @@ TEST_CASE("tensor parallel: the optimizer state gathers to one process's and loa
   const optim::SGDOptions so{.lr = 0.05, .momentum = 0.9};
   optim::SGD opt_ref(optim::param_groups_no_decay(ref, 0.01), so);
   optim::SGD opt_tp(optim::param_groups_no_decay(tp, 0.01), so);
-  auto train = [&](int steps, uint64_t seed) {
-    for (int step = 0; step < steps; ++step) {
-      const Tensor x = replicated({kN, kL, kE}, seed + static_cast<uint64_t>(step)),
-                   y = replicated({kN, kL, kE}, seed + 50 + static_cast<uint64_t>(step));
-      opt_ref.zero_grad();
-      mse_loss(ref.forward(x), y).backward();
-      opt_ref.step();
-      opt_tp.zero_grad();
-      mse_loss(tp.forward(x), y).backward();
-      opt_tp.step();
-    }
-  };
-  auto relative = [](const StateDict& got, const StateDict& want) {
-    REQUIRE(got.keys() == want.keys());
-    double num = 0, den = 0;
-    for (const auto& [name, t] : want) {
-      const Tensor w = t.to(DType::f64), d = sub(got.at(name).to(DType::f64), w);
-      num += sum(mul(d, d)).item<double>();
-      den += sum(mul(w, w)).item<double>();
-    }
-    return std::sqrt(num / den);
-  };
-  train(4, 90);
+  train_both(ref, opt_ref, tp, opt_tp, 4, 90, 140);
   const StateDict full = gather_optimizer_state_dict(tp, opt_tp);
-  CHECK(relative(full, opt_ref.state_dict()) < 1e-12);
+  CHECK(relative_diff(full, opt_ref.state_dict()) < 1e-12);
   // Back onto a fresh tensor-parallel optimizer, and the single process's state onto one.
   const auto other = encoder_pair(7, 1, g);
   nn::Sequential& tp2 = *other.second;
   optim::SGD opt_tp2(optim::param_groups_no_decay(tp2, 0.01), so);
   load_full_optimizer_state_dict(tp2, opt_tp2, full);
-  CHECK(relative(gather_optimizer_state_dict(tp2, opt_tp2), full) == 0.0);
+  CHECK(relative_diff(gather_optimizer_state_dict(tp2, opt_tp2), full) == 0.0);
   load_full_optimizer_state_dict(tp2, opt_tp2, opt_ref.state_dict());
-  CHECK(relative(gather_optimizer_state_dict(tp2, opt_tp2), opt_ref.state_dict()) == 0.0);
+  CHECK(relative_diff(gather_optimizer_state_dict(tp2, opt_tp2), opt_ref.state_dict()) == 0.0);
   // Resumed: the loaded state continues as the uninterrupted one.
   load_full_optimizer_state_dict(tp, opt_tp, full);
-  train(3, 95);
-  CHECK(relative(gather_optimizer_state_dict(tp, opt_tp), opt_ref.state_dict()) < 1e-12);
-  CHECK(relative(gather_state_dict(tp), ref.state_dict()) < 1e-12);
+  train_both(ref, opt_ref, tp, opt_tp, 3, 95, 145);
+  CHECK(relative_diff(gather_optimizer_state_dict(tp, opt_tp), opt_ref.state_dict()) < 1e-12);
+  CHECK(relative_diff(gather_state_dict(tp), ref.state_dict()) < 1e-12);
   // An optimizer over another module's parameters is refused.
   CHECK_THROWS_WITH(gather_optimizer_state_dict(tp2, opt_tp),
                     Catch::Contains("is not one of the module's"));
