@@ -155,9 +155,8 @@ std::vector<int64_t> Pipeline::timed_cuts(nn::Sequential& model, const Tensor& e
   DLTRAIN_CHECK(repeats >= 1, "Pipeline::timed_cuts: repeats = ", repeats, "; pass 1 or more");
   DLTRAIN_CHECK(example.defined(), "Pipeline::timed_cuts: the example input is undefined");
   const int64_t n = model.size();
-  DLTRAIN_CHECK(n >= stages, "Pipeline: ", n, " modules cannot fill ", stages,
-                " stages (each stage needs one at least); use fewer stages or split the model "
-                "into more modules");
+  // (Too few modules for the stages is refused by partition(), with the same message as
+  // balanced_cuts, after the timing.)
   const NoGradGuard no_grad;
   std::vector<std::vector<double>> runs(static_cast<size_t>(n));
   for (int r = 0; r <= repeats; ++r) {  // run 0 warms up (allocator, oneDNN primitives)
@@ -414,11 +413,10 @@ bool same_values(const Tensor& a, const Tensor& b) {
                      static_cast<size_t>(x.numel()) * x.element_size()) == 0;
 }
 
-// [0, 1, ..., n) + first, as the i64 index list of a parameter group.
+// [first, first + n) as the i64 index list of a parameter group.
 Tensor index_range(int64_t first, int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = first + k;
-  return from_vector(v, {n});
+  return arange(static_cast<double>(first), static_cast<double>(first + n), 1.0,
+                TensorOptions(DType::i64));
 }
 
 }  // namespace
@@ -482,16 +480,28 @@ StateDict Pipeline::full_optimizer_state_dict(const StateDict& stage_optimizer_s
                   "; build every stage's optimizer by the same rule (e.g. "
                   "optim::param_groups_no_decay(pipeline.stage_module(), ...))");
     for (size_t k = 0; k < groups; ++k) n[s][k] = all[s].at(group_key(k, "params")).numel();
-    // Everything but the states and the index lists is one value for the whole model.
+    // Everything but the states and the index lists is one value for the whole model: the
+    // same keys (as many, each in the root's) with the same values.
+    int64_t shared = 0;
     for (const auto& [key, t] : all[s]) {
       int64_t i = 0;
       std::string rest;
       if (parse_state_key(key, i, rest) || is_group_params(key)) continue;
+      ++shared;
       DLTRAIN_CHECK(first.contains(key) && same_values(first.at(key), t), ctx, ": '", key,
                     "' differs between stage ", s, " and stage ", root,
                     "; the whole model's optimizer has one value per group: give every "
                     "stage's optimizer the same type and hyper-parameters");
     }
+    int64_t shared_root = 0;
+    for (const auto& [key, t] : first) {
+      int64_t i = 0;
+      std::string rest;
+      shared_root += !parse_state_key(key, i, rest) && !is_group_params(key);
+    }
+    DLTRAIN_CHECK(shared == shared_root, ctx, ": stage ", s, "'s optimizer has ", shared,
+                  " hyper-parameter entries and stage ", root, "'s ", shared_root,
+                  "; give every stage's optimizer the same type and hyper-parameters");
   }
   std::vector<int64_t> group_start(groups + 1, 0);  // full flat index where group k starts
   for (size_t k = 0; k < groups; ++k) {
