@@ -29,6 +29,11 @@ or by at most 0.3 points (one in 3,333 test images, below what three seeds resol
 
     python3 benchmarks/large_batch_study.py --out /tmp/lb [--jobs 2] [--threads 1]
         [--epochs 5] [--seeds 0 1 2] [--peer-grid best|all|none] [--recipes sgd-128 ...]
+        [--sides both|pytorch] [--skip RECIPE:LR ...]
+
+--sides pytorch runs PyTorch's whole grid alone and prints its final-accuracy table (PyTorch at
+its own best learning rate, for a study whose dltrain side is already reported); --skip leaves
+out grid points already measured (shown as "-").
 
 Each run's JSON report is kept in --out; a second invocation reuses them (resumable), then
 prints the tables and writes OUT/summary.json and OUT/summary.md.
@@ -96,6 +101,49 @@ def mean_sd(v):
     return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
 
 
+def final_table(a, side, rows_of):
+    """The final-accuracy table of one side: rows_of(recipe) = {lr: curves or None}."""
+    md = [f"Final test accuracy (%) after {a.epochs} epochs, mean ± standard deviation over "
+          f"seeds {', '.join(map(str, a.seeds))} ({side}):\n",
+          "| recipe | global batch | " + " | ".join(["lr", "acc"] * 3) + " |",
+          "| --- | ---: |" + " ---: |" * 6]
+    best = {}
+    for r in a.recipes:
+        rows = {lr: c for lr, c in rows_of(r).items() if c is not None}
+        best[r] = max(rows, key=lambda lr: statistics.mean(c[-1] for c in rows[lr])) if rows else None
+        cells = []
+        for lr in RECIPES[r]["grid"]:
+            if lr not in rows:
+                cells += [f"{lr:g}", "-"]
+                continue
+            m, sd = mean_sd([c[-1] for c in rows[lr]])
+            mark = "**" if lr == best[r] else ""
+            cells += [f"{lr:g}", f"{mark}{m:.2f} ± {sd:.2f}{mark}"]
+        md.append(f"| {r} | {RECIPES[r]['batch']:,} | " + " | ".join(cells) + " |")
+    return md, best
+
+
+def peer_only(a, sweep, skip):
+    """PyTorch's whole grid (but the skipped points) and its final-accuracy table."""
+    jobs = [("pytorch", r, lr, s) for r in a.recipes for lr in RECIPES[r]["grid"]
+            for s in a.seeds if (r, lr) not in skip]
+    print(f"pytorch: {len(jobs)} runs", flush=True)
+    sweep(jobs)
+    rows = {r: {lr: curves(a, "pytorch", r, lr) for lr in RECIPES[r]["grid"]} for r in a.recipes}
+    md, best = final_table(a, "pytorch", lambda r: rows[r])
+    summary = {"epochs": a.epochs, "seeds": a.seeds,
+               "recipes": {r: {"batch": RECIPES[r]["batch"], "best_lr_measured": best[r],
+                               "pytorch": {f"{lr:g}": c for lr, c in rows[r].items()
+                                           if c is not None}} for r in a.recipes}}
+    text = "\n".join(md) + "\n"
+    print(text)
+    with open(os.path.join(a.out, "summary_pytorch.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "summary_pytorch.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
@@ -107,8 +155,16 @@ def main():
     p.add_argument("--peer-grid", choices=["best", "all", "none"], default="best")
     p.add_argument("--dltrain", default=os.path.join(ROOT, "build/examples/fashion_mnist"))
     p.add_argument("--python", default=os.path.join(ROOT, ".venv-peers/bin/python"))
+    p.add_argument("--sides", choices=["both", "pytorch"], default="both")
+    p.add_argument("--skip", nargs="*", default=[], metavar="RECIPE:LR")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    skip = set()
+    for item in a.skip:
+        r, _, lr = item.partition(":")
+        if r not in RECIPES or not lr or float(lr) not in RECIPES[r]["grid"]:
+            p.error(f"--skip {item}: not a recipe:lr of the grid")
+        skip.add((r, float(lr)))
 
     def sweep(jobs):
         with cf.ThreadPoolExecutor(a.jobs) as ex:
@@ -118,25 +174,25 @@ def main():
                 if not cached:
                     print(f"  {os.path.basename(path)}  {dt:.0f} s", flush=True)
 
+    if a.sides == "pytorch":
+        return peer_only(a, sweep, skip)
     jobs = [("dltrain", r, lr, s, ) for r in a.recipes for lr in RECIPES[r]["grid"]
-            for s in a.seeds]
+            for s in a.seeds if (r, lr) not in skip]
     print(f"dltrain: {len(jobs)} runs", flush=True)
     sweep(jobs)
 
+    dl_rows = {r: {lr: curves(a, "dltrain", r, lr) for lr in RECIPES[r]["grid"]}
+               for r in a.recipes}
+    md, best = final_table(a, "dltrain", lambda r: dl_rows[r])
     summary = {"epochs": a.epochs, "seeds": a.seeds, "recipes": {}}
-    best = {}
     for r in a.recipes:
-        rows = {}
-        for lr in RECIPES[r]["grid"]:
-            c = curves(a, "dltrain", r, lr)
-            rows[lr] = c
-        best[r] = max(rows, key=lambda lr: statistics.mean(c[-1] for c in rows[lr]))
         summary["recipes"][r] = {"batch": RECIPES[r]["batch"], "best_lr": best[r],
-                                 "dltrain": {f"{lr:g}": rows[lr] for lr in rows}}
+                                 "dltrain": {f"{lr:g}": c for lr, c in dl_rows[r].items()
+                                             if c is not None}}
     if a.peer_grid != "none":
         pjobs = [("pytorch", r, lr, s) for r in a.recipes
                  for lr in (RECIPES[r]["grid"] if a.peer_grid == "all" else [best[r]])
-                 for s in a.seeds]
+                 for s in a.seeds if lr is not None and (r, lr) not in skip]
         print(f"pytorch: {len(pjobs)} runs", flush=True)
         sweep(pjobs)
         for r in a.recipes:
@@ -144,18 +200,6 @@ def main():
                 f"{lr:g}": curves(a, "pytorch", r, lr) for lr in RECIPES[r]["grid"]
                 if curves(a, "pytorch", r, lr) is not None}
 
-    md = []
-    md.append(f"Final test accuracy (%) after {a.epochs} epochs, mean ± standard deviation over "
-              f"seeds {', '.join(map(str, a.seeds))} (dltrain):\n")
-    md.append("| recipe | global batch | " + " | ".join(["lr", "acc"] * 3) + " |")
-    md.append("| --- | ---: |" + " ---: |" * 6)
-    for r in a.recipes:
-        cells = []
-        for lr in RECIPES[r]["grid"]:
-            m, sd = mean_sd([c[-1] for c in summary["recipes"][r]["dltrain"][f"{lr:g}"]])
-            mark = "**" if lr == best[r] else ""
-            cells += [f"{lr:g}", f"{mark}{m:.2f} ± {sd:.2f}{mark}"]
-        md.append(f"| {r} | {RECIPES[r]['batch']:,} | " + " | ".join(cells) + " |")
     if a.peer_grid != "none":
         md.append(f"\nTest accuracy (%) per epoch at each recipe's best learning rate, mean ± "
                   f"standard deviation over the seeds, dltrain beside PyTorch:\n")
@@ -165,9 +209,9 @@ def main():
         agree_all = True
         for r in a.recipes:
             lr = best[r]
-            dl = summary["recipes"][r]["dltrain"][f"{lr:g}"]
+            dl = summary["recipes"][r]["dltrain"].get(f"{lr:g}")
             pt = summary["recipes"][r]["pytorch"].get(f"{lr:g}")
-            if pt is None:
+            if pt is None or dl is None:
                 continue
             ok = True
             for e in range(a.epochs):
