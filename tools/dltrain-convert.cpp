@@ -6,7 +6,7 @@
 //   dltrain-convert compare A B [--rtol X] [--atol X] [--section SECTION]
 //   dltrain-convert restamp FILE [-o OUT] [--timeout SECONDS]
 //   dltrain-convert export-onnx WEIGHTS OUT.onnx --model resnet50 [--image-size 224]
-//                   [--batch 1] [--dynamic-batch] [--section model]
+//                   [--batch 1] [--dynamic-batch] [--dynamic-image-size] [--section model]
 //
 // SECTION, which state dict of a checkpoint: model (the default), optimizer, scheduler, scaler,
 // or extra/NAME for a further state (io::ExtraState: extra/ema, the examples' --ema), and
@@ -16,7 +16,9 @@
 // export-onnx: builds the named model of the ResNet family (resnet18 ... resnet152; the number
 // of classes from fc.weight, the CIFAR stem when conv1 is 3x3), loads WEIGHTS into it (strict:
 // every key must match) and writes it as ONNX with io::export_onnx (eval mode, opset 17), for
-// users who deploy with ONNX Runtime or TensorRT without writing C++.
+// users who deploy with ONNX Runtime or TensorRT without writing C++. --dynamic-image-size makes
+// the height and width symbolic ("height", "width"): the ResNets end in a global average pool,
+// so the file takes any image size (the export traces a second time at 3x and 4x the size).
 //
 // restamp: a checkpoint without dltrain's integrity header (written by dltrain 0.1.0, or an
 // HDF5 file from another program) is refused by io::read_checkpoint, because HDF5 1.10 can
@@ -410,7 +412,8 @@ int restamp(const std::string& file, const std::string& out_arg, double timeout_
 }
 
 int export_onnx_cmd(const std::string& in, const std::string& out, const std::string& model_name,
-                    const std::string& section, int64_t image_size, int64_t batch, bool dynamic) {
+                    const std::string& section, int64_t image_size, int64_t batch, bool dynamic,
+                    bool dynamic_size) {
   const StateDict sd = load_any(in, section);
   DLTRAIN_CHECK(sd.contains("fc.weight") && sd.contains("conv1.weight"), "export-onnx: '", in,
                 "' holds no fc.weight or conv1.weight, so it is not the state dict of a ResNet "
@@ -420,13 +423,16 @@ int export_onnx_cmd(const std::string& in, const std::string& out, const std::st
   o.cifar_stem = sd.at("conv1.weight").dim() == 4 && sd.at("conv1.weight").size(2) == 3;
   auto model = models::resnet(model_name, o);
   model->load_state_dict(sd);
-  io::export_onnx(*model, {zeros({batch, 3, image_size, image_size})}, out,
-                  {.dynamic_batch = dynamic});
-  std::printf("'%s': %s (%lld classes%s) from '%s', input [%s, 3, %lld, %lld], opset 17\n",
-              out.c_str(), model_name.c_str(), static_cast<long long>(o.num_classes),
+  io::OnnxExportOptions eo{.dynamic_batch = dynamic};
+  if (dynamic_size) eo.dynamic_axes = {{"input", {{2, "height"}, {3, "width"}}}};
+  io::export_onnx(*model, {zeros({batch, 3, image_size, image_size})}, out, eo);
+  const std::string hw = dynamic_size
+                             ? std::string("height, width")
+                             : std::to_string(image_size) + ", " + std::to_string(image_size);
+  std::printf("'%s': %s (%lld classes%s) from '%s', input [%s, 3, %s], opset 17\n", out.c_str(),
+              model_name.c_str(), static_cast<long long>(o.num_classes),
               o.cifar_stem ? ", CIFAR stem" : "", in.c_str(),
-              dynamic ? "batch" : std::to_string(batch).c_str(), static_cast<long long>(image_size),
-              static_cast<long long>(image_size));
+              dynamic ? "batch" : std::to_string(batch).c_str(), hw.c_str());
   return 0;
 }
 
@@ -472,7 +478,7 @@ int main(int argc, char** argv) {
       .min(1);
   std::string model_name;
   int64_t image_size = 224, batch = 1;
-  bool dynamic = false;
+  bool dynamic = false, dynamic_size = false;
   cli::Flags& onnx_cmd = f.subcommand(
       "export-onnx",
       "write a ResNet's weights as an ONNX model (eval mode, opset 17) for ONNX Runtime or "
@@ -485,6 +491,8 @@ int main(int argc, char** argv) {
   onnx_cmd.add("--image-size", &image_size, "height and width of the input images").min(1);
   onnx_cmd.add("--batch", &batch, "the batch size of the exported input").min(1);
   onnx_cmd.add_switch("--dynamic-batch", &dynamic, "make the batch dim symbolic ('batch')");
+  onnx_cmd.add_switch("--dynamic-image-size", &dynamic_size,
+                      "make the height and width symbolic ('height', 'width'): any image size");
   onnx_cmd.add("--section", &section, section_help).value_name("SECTION");
   f.parse(argc, argv);
   try {
@@ -492,7 +500,8 @@ int main(int argc, char** argv) {
     if (convert_cmd.chosen()) return convert(in, out, section);
     if (restamp_cmd.chosen()) return restamp(file, restamp_out, timeout_s);
     if (onnx_cmd.chosen())
-      return export_onnx_cmd(in, out, model_name, section, image_size, batch, dynamic);
+      return export_onnx_cmd(in, out, model_name, section, image_size, batch, dynamic,
+                             dynamic_size);
     return compare(a, b, section, rtol, atol);
   } catch (const Error& e) {
     std::fprintf(stderr, "dltrain-convert: error: %s\n", e.what());

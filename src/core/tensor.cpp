@@ -13,6 +13,7 @@
 #include "src/backend/cpu/loops.hpp"
 #include "src/backend/cuda/cuda_backend.hpp"
 #include "src/backend/cuda/elementwise.hpp"
+#include "src/core/trace.hpp"
 
 namespace dltrain {
 namespace detail {
@@ -326,9 +327,18 @@ Tensor full(const Shape& shape, double value, TensorOptions opts) {
 }
 Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
 Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
-Tensor zeros_like(const Tensor& t) { return empty_like(t).fill_(0.0); }
-Tensor ones_like(const Tensor& t) { return empty_like(t).fill_(1.0); }
-Tensor full_like(const Tensor& t, double value) { return empty_like(t).fill_(value); }
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0.0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1.0); }
+// An op scope of its own so that io::export_onnx sees a tensor shaped like a graph value (a
+// GNN's zeros_like(x) accumulator) as an op of that value, not as a constant of the traced size.
+Tensor full_like(const Tensor& t, double value) {
+  DLTRAIN_OP_SCOPE("full_like", t);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({t}, {{"value", value}}, [&] { return full_like(t, value); });
+    });
+  return empty_like(t).fill_(value);
+}
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
 
 Tensor& Tensor::fill_(double value) {

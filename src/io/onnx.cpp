@@ -78,9 +78,23 @@ std::string attr_s(const TracedOp& op, const char* name) {
 
 class Builder {
  public:
-  Builder(OnnxModel& m, bool dynamic_batch) : m_(m), dynamic_(dynamic_batch) {}
+  explicit Builder(OnnxModel& m) : m_(m) {}
 
-  bool dynamic() const { return dynamic_; }
+  /// The shape of `t`'s counterpart in the second trace, whose dynamic sizes were multiplied:
+  /// the dims where it differs vary with the inputs.
+  void set_other_shape(const Tensor& t, const Shape& other) {
+    if (t.defined()) other_[t.impl().get()] = other;
+  }
+  /// Whether dim d (>= 0) of `t` varies with the dynamic axes.
+  bool varies(const Tensor& t, int64_t d) const {
+    auto it = t.defined() ? other_.find(t.impl().get()) : other_.end();
+    return it != other_.end() && it->second[static_cast<size_t>(d)] != t.size(d);
+  }
+  /// Dim d's size in the exported trace and in the second one.
+  std::pair<int64_t, int64_t> sizes(const Tensor& t, int64_t d) const {
+    auto it = other_.find(t.impl().get());
+    return {t.size(d), it == other_.end() ? t.size(d) : it->second[static_cast<size_t>(d)]};
+  }
 
   /// Names a tensor: a graph input or parameter/buffer by the name given here.
   void name_known(const Tensor& t, const std::string& name, bool initializer) {
@@ -107,23 +121,47 @@ class Builder {
   /// Appends a node and returns its first output's name (fresh names "<op_type>_<n>").
   std::string node(const std::string& op_type, std::vector<std::string> inputs,
                    std::vector<GraphAttr> attrs = {}, int n_outputs = 1) {
-    OnnxNode n;
-    n.op_type = op_type;
-    n.name = op_type + "_" + std::to_string(nodes_++);
-    n.inputs = std::move(inputs);
-    for (int i = 0; i < n_outputs; ++i)
-      n.outputs.push_back(n_outputs == 1 ? n.name : n.name + "_" + std::to_string(i));
-    n.attrs = std::move(attrs);
-    m_.nodes.push_back(std::move(n));
-    return m_.nodes.back().outputs[0];
+    return node_outputs(op_type, std::move(inputs), std::move(attrs), n_outputs)[0];
   }
 
-  /// Appends a node of `n` outputs and returns their names.
+  /// Appends a node of `n` outputs and returns their names. In a bf16 op (set_bf16), an
+  /// operator that opset 17 defines for f16/f32/f64 only reads its inputs cast to f32 and its
+  /// outputs are cast back: the f32 computation rounded once, as dltrain's bf16 kernels do.
   std::vector<std::string> node_outputs(const std::string& op_type, std::vector<std::string> inputs,
                                         std::vector<GraphAttr> attrs, int n) {
-    node(op_type, std::move(inputs), std::move(attrs), n);
-    return m_.nodes.back().outputs;
+    static const std::set<std::string, std::less<>> no_bf16 = {"Conv",
+                                                               "ConvTranspose",
+                                                               "MaxPool",
+                                                               "AveragePool",
+                                                               "GlobalAveragePool",
+                                                               "InstanceNormalization",
+                                                               "Elu",
+                                                               "Softplus",
+                                                               "HardSwish",
+                                                               "Sin",
+                                                               "Cos",
+                                                               "LSTM",
+                                                               "GRU"};
+    const bool widen = bf16_ && no_bf16.count(op_type) > 0;
+    if (widen)
+      for (auto& i : inputs)
+        if (!i.empty()) i = cast(i, DType::bf16, DType::f32);
+    OnnxNode nd;
+    nd.op_type = op_type;
+    nd.name = op_type + "_" + std::to_string(nodes_++);
+    nd.inputs = std::move(inputs);
+    for (int i = 0; i < n; ++i)
+      nd.outputs.push_back(n == 1 ? nd.name : nd.name + "_" + std::to_string(i));
+    nd.attrs = std::move(attrs);
+    m_.nodes.push_back(std::move(nd));
+    std::vector<std::string> outs = m_.nodes.back().outputs;
+    if (widen)
+      for (auto& o : outs) o = cast(o, DType::f32, DType::bf16);
+    return outs;
   }
+
+  /// Whether the op being mapped computes in bf16 (see node_outputs).
+  void set_bf16(bool on) { bf16_ = on; }
 
   /// `t` is the value `name` from now on (an op's output).
   void bind(const Tensor& t, const std::string& name) {
@@ -197,7 +235,8 @@ class Builder {
   }
 
   OnnxModel& m_;
-  bool dynamic_;
+  bool bf16_ = false;
+  std::unordered_map<const TensorImpl*, Shape> other_;
   std::unordered_map<const TensorImpl*, std::string> names_;
   std::unordered_map<const TensorImpl*, std::pair<std::string, Tensor>> pending_;
   std::vector<Tensor> keep_;
@@ -210,6 +249,18 @@ using Mapping = void (*)(Builder&, const TracedOp&);
 
 const Tensor& in(const TracedOp& op, size_t i) { return op.inputs.at(i); }
 const Tensor& out(const TracedOp& op, size_t i = 0) { return op.outputs.at(i); }
+
+// Size d of `t` where the mapping writes it into the graph as a constant: refused when the dim
+// varies with the dynamic axes.
+int64_t fixed_size(const Builder& b, const TracedOp& op, const Tensor& t, int64_t d,
+                   const char* what) {
+  d = wrap_dim(d, t.dim(), op.op.c_str());
+  DLTRAIN_CHECK(!b.varies(t, d), "export_onnx: ", op.op, " would hold the size of ", what, " (dim ",
+                d, " of shape ", shape_str(t.shape()),
+                ") as a constant, but that dim varies with the dynamic axes; keep it fixed "
+                "(leave it out of dynamic_axes) or compute this step outside the exported forward");
+  return t.size(d);
+}
 
 std::vector<int64_t> pads_of(const std::vector<int64_t>& hw) {
   return {hw[0], hw[1], hw[0], hw[1]};
@@ -277,7 +328,7 @@ void map_matmul(Builder& b, const TracedOp& op) {
 
 void map_batch_norm(Builder& b, const TracedOp& op) {
   const Tensor& x = in(op, 0);
-  const int64_t C = x.size(1);
+  const int64_t C = fixed_size(b, op, x, 1, "the channels");
   const TensorOptions o(x.dtype());
   const std::string w = in(op, 1).defined() ? b.value(in(op, 1)) : b.value(ones({C}, o));
   const std::string bias = in(op, 2).defined() ? b.value(in(op, 2)) : b.value(zeros({C}, o));
@@ -299,10 +350,10 @@ void map_layer_norm(Builder& b, const TracedOp& op) {
 // its mean and variance; then the per-channel scale and shift.
 void map_group_norm(Builder& b, const TracedOp& op) {
   const Tensor& x = in(op, 0);
-  const int64_t G = attr_i(op, "num_groups"), C = x.size(1);
+  const int64_t G = attr_i(op, "num_groups"), C = fixed_size(b, op, x, 1, "the channels");
   const TensorOptions o(x.dtype());
   const std::string xv = b.value(x);
-  std::string y = b.node("Reshape", {xv, b.const_i64({b.dynamic() ? 0 : x.size(0), G, -1})});
+  std::string y = b.node("Reshape", {xv, b.const_i64({0, G, -1})});  // 0: x's dim 0
   y = b.node("InstanceNormalization", {y, b.value(ones({G}, o)), b.value(zeros({G}, o))},
              {{"epsilon", attr_f(op, "eps")}});
   y = b.node("Reshape", {y, b.node("Shape", {xv})});
@@ -360,11 +411,13 @@ void map_avg_pool(Builder& b, const TracedOp& op) {
 
 void map_adaptive_avg_pool(Builder& b, const TracedOp& op) {
   const Tensor& x = in(op, 0);
-  const int64_t H = x.size(-2), W = x.size(-1), Ho = out(op).size(-2), Wo = out(op).size(-1);
+  const int64_t Ho = out(op).size(-2), Wo = out(op).size(-1);
   if (Ho == 1 && Wo == 1) {
     b.bind(out(op), b.node("GlobalAveragePool", {b.value(x)}));
     return;
   }
+  const int64_t H = fixed_size(b, op, x, -2, "the height"),
+                W = fixed_size(b, op, x, -1, "the width");
   const std::vector<int64_t> k{H / Ho, W / Wo};
   b.bind(out(op), b.node("AveragePool", {b.value(x)}, {{"kernel_shape", k}, {"strides", k}}));
 }
@@ -379,8 +432,11 @@ void map_dropout(Builder& b, const TracedOp& op) {
   b.bind(out(op), b.node("Identity", {b.value(in(op, 0))}));
 }
 
-// view, reshape, squeeze, unsqueeze, flatten: a Reshape to the output's shape. With a dynamic
-// batch a reshape that keeps dim 0 copies it from its input (0 in ONNX's shape).
+// view, reshape, squeeze, unsqueeze, flatten: a Reshape to the output's shape. An output dim
+// that varies with the dynamic axes is copied from the input dim at the same index (0 in ONNX's
+// shape) or read from the input's Shape where a dim of the input varies the same way; one
+// that follows no input dim (a product of several, such as a batch folded in by view(-1)) is
+// inferred (-1), which one dim may be.
 void map_reshape(Builder& b, const TracedOp& op) {
   const Tensor &x = in(op, 0), &y = out(op);
   if (op.op == "flatten" && x.dim() >= 2 && y.dim() == 2 &&
@@ -389,9 +445,39 @@ void map_reshape(Builder& b, const TracedOp& op) {
     b.bind(y, b.node("Flatten", {b.value(x)}, {{"axis", 1}}));
     return;
   }
+  const std::string xv = b.value(x);
   std::vector<int64_t> shape(y.shape().begin(), y.shape().end());
-  if (b.dynamic() && x.dim() > 0 && y.dim() > 0 && x.size(0) == y.size(0)) shape[0] = 0;
-  b.bind(y, b.node("Reshape", {b.value(x), b.const_i64(shape)}));
+  std::vector<std::string> read(shape.size());  // a dim taken from Shape(x)
+  int64_t inferred = -1;
+  for (int64_t i = 0; i < y.dim(); ++i) {
+    if (!b.varies(y, i)) continue;
+    if (i < x.dim() && b.varies(x, i) && b.sizes(x, i) == b.sizes(y, i)) {
+      shape[i] = 0;
+      continue;
+    }
+    int64_t j = 0;
+    while (j < x.dim() && !(b.varies(x, j) && b.sizes(x, j) == b.sizes(y, i))) ++j;
+    if (j < x.dim()) {
+      read[i] = b.node("Gather", {b.node("Shape", {xv}), b.const_i64({j})}, {{"axis", 0}});
+      continue;
+    }
+    DLTRAIN_CHECK(inferred < 0, "export_onnx: ", op.op, " from shape ", shape_str(x.shape()),
+                  " to ", shape_str(y.shape()), " gives dims ", inferred, " and ", i,
+                  " sizes that vary with the dynamic axes but follow no single input dim; ONNX's "
+                  "Reshape can infer only one. Reshape in two steps, or keep those dims fixed");
+    inferred = i;
+    shape[i] = -1;
+  }
+  std::string target;
+  if (std::all_of(read.begin(), read.end(), [](const std::string& r) { return r.empty(); })) {
+    target = b.const_i64(shape);
+  } else {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < shape.size(); ++i)
+      parts.push_back(read[i].empty() ? b.const_i64({shape[i]}) : read[i]);
+    target = b.node("Concat", parts, {{"axis", 0}});
+  }
+  b.bind(y, b.node("Reshape", {xv, target}));
 }
 
 void map_permute(Builder& b, const TracedOp& op) {
@@ -413,11 +499,18 @@ void map_permute(Builder& b, const TracedOp& op) {
 }
 
 // Expand to the output's shape, with 1 wherever the input already has that size (so that a
-// dynamic batch dim carries through).
+// dim that varies with the dynamic axes carries through); expanding a dim of size 1 to a
+// varying size would hold the traced size and is refused.
 void map_expand(Builder& b, const TracedOp& op) {
   const Tensor &x = in(op, 0), &y = out(op);
   std::vector<int64_t> shape(y.shape().begin(), y.shape().end());
   const int64_t lead = y.dim() - x.dim();
+  for (int64_t i = 0; i < y.dim(); ++i)
+    DLTRAIN_CHECK(!b.varies(y, i) || (i >= lead && b.varies(x, i - lead)), "export_onnx: expand ",
+                  "from shape ", shape_str(x.shape()), " to ", shape_str(y.shape()),
+                  " broadcasts to a size that varies with the dynamic axes (dim ", i,
+                  "), which the graph would hold as the traced size; broadcast through an "
+                  "elementwise op with a tensor of that shape instead");
   for (int64_t i = 0; i < x.dim(); ++i)
     if (x.size(i) == y.size(lead + i)) shape[lead + i] = 1;
   b.bind(y, b.node("Expand", {b.value(x), b.const_i64(shape)}));
@@ -442,6 +535,11 @@ void map_copy(Builder& b, const TracedOp& op) {
 void map_interpolate(Builder& b, const TracedOp& op) {
   const Tensor &x = in(op, 0), &y = out(op);
   const bool nearest = attr_s(op, "mode") == "nearest";
+  if (attr_f(op, "scale_h") <= 0 || attr_f(op, "scale_w") <= 0)  // the scales come from sizes
+    for (int64_t d : {2, 3}) {
+      fixed_size(b, op, x, d, "the input's spatial dims (interpolate to a size)");
+      fixed_size(b, op, y, d, "the output's spatial dims (interpolate to a size)");
+    }
   // PyTorch's source coordinates use the scale factor as given, or in/out for a size.
   const double sh = attr_f(op, "scale_h") > 0 ? attr_f(op, "scale_h")
                                               : static_cast<double>(y.size(2)) / x.size(2);
@@ -642,10 +740,12 @@ void map_pixel_shuffle(Builder& b, const TracedOp& op) {
     b.bind(out(op), b.node("DepthToSpace", {b.value(x)}, {{"blocksize", r}, {"mode", "CRD"}}));
     return;
   }
-  const int64_t n = b.dynamic() ? 0 : x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  std::string y = b.node("Reshape", {b.value(x), b.const_i64({n, C, H / r, r, W / r, r})});
+  const int64_t C = fixed_size(b, op, x, 1, "the channels");
+  const int64_t H = fixed_size(b, op, x, 2, "the height"), W = fixed_size(b, op, x, 3, "the width");
+  // 0: the batch, copied from the input
+  std::string y = b.node("Reshape", {b.value(x), b.const_i64({0, C, H / r, r, W / r, r})});
   y = b.node("Transpose", {y}, {{"perm", std::vector<int64_t>{0, 1, 3, 5, 2, 4}}});
-  b.bind(out(op), b.node("Reshape", {y, b.const_i64({n, C * r * r, H / r, W / r})}));
+  b.bind(out(op), b.node("Reshape", {y, b.const_i64({0, C * r * r, H / r, W / r})}));
 }
 
 void map_embedding(Builder& b, const TracedOp& op) {
@@ -683,21 +783,12 @@ std::vector<int64_t> reduced_axes(const Tensor& x, const std::vector<int64_t>& d
   return axes;
 }
 
-// A constant that depends on the size of the reduced dims is wrong for another batch size.
-void refuse_batch_axis(const Builder& b, const TracedOp& op, const std::vector<int64_t>& axes) {
-  DLTRAIN_CHECK(!b.dynamic() || std::find(axes.begin(), axes.end(), 0) == axes.end(),
-                "export_onnx: ", op.op,
-                " over the batch dimension cannot be exported with a dynamic batch (its divisor "
-                "is the traced batch size); export with dynamic_batch = false");
-}
-
 // var: mean, centred squares summed, divided by (count - correction), as dltrain computes it.
 void map_var(Builder& b, const TracedOp& op) {
   const Tensor& x = in(op, 0);
   const auto axes = reduced_axes(x, attr_ints(op, "dims"), "var");
-  refuse_batch_axis(b, op, axes);
   int64_t count = 1;
-  for (int64_t d : axes) count *= x.size(d);
+  for (int64_t d : axes) count *= fixed_size(b, op, x, d, "a reduced dim (the divisor)");
   const DType dt = out(op).dtype();
   const std::string xv = b.cast(b.value(x), x.dtype(), dt);
   const std::string m = b.node("ReduceMean", {xv}, {{"axes", axes}, {"keepdims", 1}});
@@ -794,12 +885,37 @@ void map_scatter_add(Builder& b, const TracedOp& op) {
                           {"reduction", "add"}}));
 }
 
+// index_add(x, dim, index, src, alpha): ScatterElements with reduction add, the 1-d index
+// reshaped to lie along `dim` and expanded to src's shape at run time (so that it holds for
+// any size of src's other dims).
+void map_index_add(Builder& b, const TracedOp& op) {
+  const Tensor &x = in(op, 0), &index = in(op, 1), &src = in(op, 2);
+  const int64_t d = wrap_dim(attr_i(op, "dim"), x.dim(), "index_add");
+  const double alpha = attr_f(op, "alpha");
+  std::string sv = b.value(src);
+  if (alpha != 1.0) sv = b.node("Mul", {sv, b.scalar(alpha, src.dtype())});
+  std::vector<int64_t> along(static_cast<size_t>(src.dim()), 1);
+  along[static_cast<size_t>(d)] = -1;
+  std::string iv = b.cast(b.value(index), index.dtype(), DType::i64);
+  iv = b.node("Reshape", {iv, b.const_i64(along)});
+  iv = b.node("Expand", {iv, b.node("Shape", {sv})});
+  b.bind(out(op),
+         b.node("ScatterElements", {b.value(x), iv, sv}, {{"axis", d}, {"reduction", "add"}}));
+}
+
+// zeros_like, ones_like, full_like: the value broadcast to the input's shape at run time.
+void map_full_like(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  b.bind(out(op), b.node("Expand", {b.scalar(attr_f(op, "value"), out(op).dtype()),
+                                    b.node("Shape", {b.value(x)})}));
+}
+
 // instance_norm with the input's statistics is InstanceNormalization (scale and bias are
 // required there: ones and zeros without affine parameters); with running statistics it is
 // BatchNormalization.
 void map_instance_norm(Builder& b, const TracedOp& op) {
   const Tensor& x = in(op, 0);
-  const int64_t C = x.size(1);
+  const int64_t C = fixed_size(b, op, x, 1, "the channels");
   const TensorOptions o(x.dtype());
   const std::string scale = in(op, 3).defined() ? b.value(in(op, 3)) : b.value(ones({C}, o));
   const std::string bias = in(op, 4).defined() ? b.value(in(op, 4)) : b.value(zeros({C}, o));
@@ -811,6 +927,94 @@ void map_instance_norm(Builder& b, const TracedOp& op) {
   b.bind(out(op), b.node("BatchNormalization",
                          {b.value(x), scale, bias, b.value(in(op, 1)), b.value(in(op, 2))},
                          {{"epsilon", eps}}));
+}
+
+// nn::LSTM and nn::GRU as ONNX's LSTM and GRU operators, one node per layer (ONNX's take one
+// layer, forward or bidirectional). The traced op's inputs: x, h0 (and c0 for LSTM), each
+// undefined when not given, then w_ih, w_hh, b_ih, b_hh per layer and direction. ONNX's gate
+// order is i, o, f, c for LSTM (PyTorch: i, f, g, o) and z, r, h for GRU (PyTorch: r, z, n), so
+// W, R and B are built in the graph from the parameters (initializers under their state-dict
+// names) by Slice and Concat, which ONNX Runtime folds once at load. PyTorch's GRU applies the
+// reset gate after the hidden projection: linear_before_reset = 1. Y [T, D, N, H] becomes the
+// next layer's [T, N, D*H] by Transpose and Reshape; the final states of the layers are
+// concatenated in PyTorch's [L*D, N, H] order. No zero state is built: ONNX's initial state
+// defaults to zeros, so the graph fits any batch size and sequence length.
+void map_rnn(Builder& b, const TracedOp& op) {
+  const bool lstm = op.op == "lstm";
+  const size_t head = lstm ? 3 : 2;
+  const Tensor& x = in(op, 0);
+  const int64_t H = attr_i(op, "hidden_size"), L = attr_i(op, "num_layers");
+  const int64_t D = attr_i(op, "bidirectional") ? 2 : 1;
+  const bool batched = x.dim() == 3, batch_first = attr_i(op, "batch_first") != 0;
+  // PyTorch's gate blocks in ONNX's order.
+  const std::vector<int64_t> order =
+      lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{1, 0, 2};
+  const std::string axis0 = b.const_i64({0}), axis1 = b.const_i64({1});
+  auto reordered = [&](const Tensor& w) {
+    const std::string v = b.value(w);
+    std::vector<std::string> blocks;
+    for (int64_t g : order)
+      blocks.push_back(
+          b.node("Slice", {v, b.const_i64({g * H}), b.const_i64({(g + 1) * H}), axis0}));
+    return b.node("Concat", blocks, {{"axis", 0}});
+  };
+  auto per_direction = [&](std::vector<std::string> v) {  // [D, ...] from D tensors
+    for (auto& s : v) s = b.node("Unsqueeze", {s, axis0});
+    return v.size() == 1 ? v[0] : b.node("Concat", v, {{"axis", 0}});
+  };
+  auto state = [&](const Tensor& s) {  // [L*D, N, H] (or [L*D, H] unbatched), or ""
+    if (!s.defined()) return std::string();
+    const std::string v = b.value(s);
+    return batched ? v : b.node("Unsqueeze", {v, axis1});
+  };
+
+  std::string y = b.value(x);
+  if (!batched)
+    y = b.node("Unsqueeze", {y, axis1});  // [T, 1, in]
+  else if (batch_first)
+    y = b.node("Transpose", {y}, {{"perm", std::vector<int64_t>{1, 0, 2}}});
+  const std::string h0 = state(in(op, 1)), c0 = lstm ? state(in(op, 2)) : std::string();
+  std::vector<std::string> hn, cn;
+  for (int64_t k = 0; k < L; ++k) {
+    std::vector<std::string> W, R, B;
+    for (int64_t d = 0; d < D; ++d) {
+      const size_t w = head + 4 * static_cast<size_t>(k * D + d);
+      W.push_back(reordered(in(op, w)));
+      R.push_back(reordered(in(op, w + 1)));
+      if (in(op, w + 2).defined())
+        B.push_back(
+            b.node("Concat", {reordered(in(op, w + 2)), reordered(in(op, w + 3))}, {{"axis", 0}}));
+    }
+    auto layer_state = [&](const std::string& s) {  // rows k*D .. k*D + D - 1
+      return s.empty()
+                 ? s
+                 : b.node("Slice", {s, b.const_i64({k * D}), b.const_i64({(k + 1) * D}), axis0});
+    };
+    std::vector<std::string> ins{
+        y,  per_direction(W), per_direction(R), B.empty() ? "" : per_direction(B),
+        "", layer_state(h0)};
+    if (lstm) ins.push_back(layer_state(c0));
+    while (ins.back().empty()) ins.pop_back();
+    std::vector<GraphAttr> attrs{{"hidden_size", H},
+                                 {"direction", D == 2 ? "bidirectional" : "forward"}};
+    if (!lstm) attrs.emplace_back("linear_before_reset", int64_t{1});
+    const auto outs = b.node_outputs(lstm ? "LSTM" : "GRU", ins, attrs, lstm ? 3 : 2);
+    y = b.node("Transpose", {outs[0]}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+    y = b.node("Reshape", {y, b.const_i64({0, 0, -1})});  // [T, N, D*H]
+    hn.push_back(outs[1]);
+    if (lstm) cn.push_back(outs[2]);
+  }
+  auto final_state = [&](const std::vector<std::string>& v) {
+    const std::string s = v.size() == 1 ? v[0] : b.node("Concat", v, {{"axis", 0}});
+    return batched ? s : b.node("Squeeze", {s, axis1});
+  };
+  if (!batched)
+    y = b.node("Squeeze", {y, axis1});
+  else if (batch_first)
+    y = b.node("Transpose", {y}, {{"perm", std::vector<int64_t>{1, 0, 2}}});
+  b.bind(out(op, 0), y);
+  b.bind(out(op, 1), final_state(hn));
+  if (lstm) b.bind(out(op, 2), final_state(cn));
 }
 
 // What the mappings cannot express, checked as each op is recorded (inside the op, so that a
@@ -950,6 +1154,10 @@ const std::map<std::string, Mapping, std::less<>>& mappings() {
       {"gather", map_gather},
       {"scatter_add", map_scatter_add},
       {"instance_norm", map_instance_norm},
+      {"index_add", map_index_add},
+      {"full_like", map_full_like},
+      {"lstm", map_rnn},
+      {"gru", map_rnn},
   };
   return m;
 }
@@ -1011,14 +1219,68 @@ Trace run_trace(const OnnxForward& forward, const std::vector<Tensor>& inputs,
   return t;
 }
 
-// The example inputs with other values (and one more item when the batch is dynamic), for the
-// second trace. Integer inputs (indices) keep their values.
-std::vector<Tensor> other_inputs(const std::vector<Tensor>& inputs, bool grow_batch) {
+// Each input's dynamic axes, dim -> symbolic name: dim 0 "batch" with dynamic_batch, then the
+// dims dynamic_axes names for it. A name is one size (the examples must agree on it).
+using Axes = std::vector<std::map<int64_t, std::string>>;
+Axes input_axes(const OnnxExportOptions& opt, const std::vector<Tensor>& inputs,
+                const std::vector<std::string>& names) {
+  Axes axes(inputs.size());
+  for (size_t i = 0; i < inputs.size() && opt.dynamic_batch; ++i) axes[i][0] = "batch";
+  for (const auto& [name, dims] : opt.dynamic_axes) {
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) continue;  // an output's name (checked after the trace)
+    const auto i = static_cast<size_t>(it - names.begin());
+    const Tensor& x = inputs[i];
+    for (const auto& [d, sym] : dims) {
+      const int64_t w = d < 0 ? d + x.dim() : d;
+      DLTRAIN_CHECK(w >= 0 && w < x.dim(), "export_onnx: dynamic_axes names dim ", d, " of input '",
+                    name, "', whose example has shape ", shape_str(x.shape()));
+      DLTRAIN_CHECK(!sym.empty(), "export_onnx: dynamic_axes gives dim ", d, " of input '", name,
+                    "' an empty name; name it (\"batch\", \"sequence\", ...)");
+      DLTRAIN_CHECK(x.size(w) >= 1, "export_onnx: dim ", d, " of input '", name,
+                    "' is dynamic but has size 0 in the example; give an example of size >= 1");
+      axes[i][w] = sym;
+    }
+  }
+  std::map<std::string, std::pair<int64_t, std::string>> size_of;  // name -> size, where
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (const auto& [d, sym] : axes[i]) {
+      const std::string where = "dim " + std::to_string(d) + " of input '" + names[i] + "'";
+      auto [it, fresh] = size_of.try_emplace(sym, inputs[i].size(d), where);
+      DLTRAIN_CHECK(it->second.first == inputs[i].size(d), "export_onnx: the dynamic axis '", sym,
+                    "' has size ", it->second.first, " at ", it->second.second, " but ",
+                    inputs[i].size(d), " at ", where, "; give example inputs that agree on it");
+    }
+  return axes;
+}
+
+// How each dynamic axis grows in the second trace: name -> (example size, factor), the factors
+// 2, 3, 4, ... in the order the names first appear. A whole multiple keeps every divisibility
+// of the example (a U-Net's pooled and upsampled sizes still meet), and distinct factors give
+// every axis its own (size, size in the second trace) pair, by which the dims of the graph
+// that follow it are recognised: a dim of (n, k n) follows the axis of size n and factor k.
+struct Growth {
+  int64_t size, factor;
+};
+std::map<std::string, Growth> axis_growth(const std::vector<Tensor>& inputs, const Axes& axes) {
+  std::map<std::string, Growth> g;
+  int64_t next = 2;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (const auto& [d, sym] : axes[i])
+      if (g.try_emplace(sym, Growth{inputs[i].size(d), next}).second) ++next;
+  return g;
+}
+
+// The example inputs with other values and every dynamic axis grown by its factor (the example
+// repeated along it), for the second trace. Integer inputs (indices) keep their values.
+std::vector<Tensor> other_inputs(const std::vector<Tensor>& inputs, const Axes& axes,
+                                 const std::map<std::string, Growth>& growth) {
   Generator gen(0x0dd5eed);  // its own stream: the caller's random state is not touched
   std::vector<Tensor> v;
-  for (const Tensor& x0 : inputs) {
-    Tensor x = x0.detach();
-    if (grow_batch) x = cat({x, x.narrow(0, 0, 1)}, 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor x = inputs[i].detach();
+    for (const auto& [d, sym] : axes[i])
+      x = cat(std::vector<Tensor>(static_cast<size_t>(growth.at(sym).factor), x), d);
     if (is_floating(x.dtype()))
       x = add(mul(x, -0.5),
               randn(x.shape(), TensorOptions(x.dtype()).with_device(x.device()), &gen));
@@ -1061,13 +1323,10 @@ class Sources {
 
 std::string shape_text(const Tensor& t) { return t.defined() ? shape_str(t.shape()) : "none"; }
 
-// Equal shapes, but for dim 0 being the batch size of each trace.
-bool same_shape(const Tensor& a, const Tensor& b, int64_t ba, int64_t bb) {
+// Equal shapes; with dynamic axes, equal ranks (the dims that differ are the ones that vary).
+bool same_shape(const Tensor& a, const Tensor& b, bool dynamic) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  if (a.dim() != b.dim()) return false;
-  for (int64_t i = 0; i < a.dim(); ++i)
-    if (a.size(i) != b.size(i) && !(i == 0 && a.size(0) == ba && b.size(0) == bb)) return false;
-  return true;
+  return dynamic ? a.dim() == b.dim() : a.shape() == b.shape();
 }
 
 bool same_attrs(const TracedOp& a, const TracedOp& b) {
@@ -1077,24 +1336,26 @@ bool same_attrs(const TracedOp& a, const TracedOp& b) {
   return true;
 }
 
-// The forward's graph must not depend on the input's values (nor, with a dynamic batch, on its
-// batch size beyond dim 0 of the tensors): the second trace, on other values (and one more
-// item), must run the same ops on the same sources, with the same constants.
+// The forward's graph must not depend on the input's values (nor on the dynamic sizes, but for
+// the dims that follow them): the second trace, on other values (and every dynamic size one
+// larger), must run the same ops with the same attributes on the same sources, with the same
+// constants. Records in `bld` the second trace's shape of every tensor of the first.
 void compare_traces(const Trace& a, const Trace& b, const std::vector<Tensor>& in_a,
-                    const std::vector<Tensor>& in_b, const nn::NamedTensors& weights) {
-  const int64_t ba = in_a[0].dim() > 0 ? in_a[0].size(0) : 0;
-  const int64_t bb = in_b[0].dim() > 0 ? in_b[0].size(0) : 0;
+                    const std::vector<Tensor>& in_b, const nn::NamedTensors& weights,
+                    const std::string& sizes_text, Builder& bld) {
+  const bool dynamic = !sizes_text.empty();
   const std::string inputs_text =
-      ba == bb ? "two inputs with other values"
-               : "two inputs of batch " + std::to_string(ba) + " and " + std::to_string(bb);
+      dynamic ? "two inputs with other values and the dynamic sizes " + sizes_text
+              : "two inputs with other values";
   const char* fix =
       ": the exported graph would be wrong for some inputs. Make the forward's ops independent "
       "of the input's values (no branch on item() or on values read from the tensor)";
   const char* batch_fix =
-      ba == bb ? ""
-               : ", and with dynamic_batch keep the batch in dim 0 of every tensor (a view "
-                 "that folds it into another dim, or a tensor built from x.size(0), is fixed "
-                 "to the example's batch size), or export without dynamic_batch";
+      !dynamic ? ""
+               : ", and of the dynamic sizes (an op's attribute or a tensor computed from "
+                 "x.size(d), a slice or split of a dynamic dim, are fixed to the example's "
+                 "size), or export with that dim fixed";
+  for (size_t i = 0; i < in_a.size(); ++i) bld.set_other_shape(in_a[i], in_b[i].shape());
   const size_t n = std::min(a.ops.size(), b.ops.size());
   const Sources sa(a, in_a, weights), sb(b, in_b, weights);
   size_t j = 0;  // index into the flat input-source lists
@@ -1111,9 +1372,10 @@ void compare_traces(const Trace& a, const Trace& b, const std::vector<Tensor>& i
                     wb.empty() ? "a constant" : wb, " for the other, for ", inputs_text, fix,
                     batch_fix);
       const Tensor &ta = x.inputs[i], &tb = y.inputs[i];
-      DLTRAIN_CHECK(same_shape(ta, tb, ba, bb), "export_onnx: input ", i, " of op ", k, " ('", x.op,
-                    "') has shape ", shape_text(ta), " and ", shape_text(tb), " for ", inputs_text,
-                    fix, batch_fix);
+      DLTRAIN_CHECK(same_shape(ta, tb, dynamic), "export_onnx: input ", i, " of op ", k, " ('",
+                    x.op, "') has shape ", shape_text(ta), " and ", shape_text(tb), " for ",
+                    inputs_text, fix, batch_fix);
+      if (ta.defined()) bld.set_other_shape(ta, tb.shape());
       if (wa.empty() && ta.defined()) {  // a constant: the same values both times
         const Tensor ca = ta.detach().to(Device::cpu()).contiguous();
         const Tensor cb = tb.detach().to(Device::cpu()).contiguous();
@@ -1126,14 +1388,50 @@ void compare_traces(const Trace& a, const Trace& b, const std::vector<Tensor>& i
                       batch_fix);
       }
     }
-    for (size_t o = 0; o < std::min(x.outputs.size(), y.outputs.size()); ++o)
-      DLTRAIN_CHECK(same_shape(x.outputs[o], y.outputs[o], ba, bb), "export_onnx: op ", k, " ('",
+    for (size_t o = 0; o < std::min(x.outputs.size(), y.outputs.size()); ++o) {
+      DLTRAIN_CHECK(same_shape(x.outputs[o], y.outputs[o], dynamic), "export_onnx: op ", k, " ('",
                     x.op, "') gives shape ", shape_text(x.outputs[o]), " and ",
                     shape_text(y.outputs[o]), " for ", inputs_text, fix, batch_fix);
+      if (x.outputs[o].defined()) bld.set_other_shape(x.outputs[o], y.outputs[o].shape());
+    }
   }
   DLTRAIN_CHECK(a.ops.size() == b.ops.size(), "export_onnx: the forward ran ", a.ops.size(),
                 " ops for one input and ", b.ops.size(), " for the other, for ", inputs_text, fix,
                 batch_fix);
+}
+
+// The symbolic names of an output's dims: those that differ in the second trace vary, and are
+// named as dynamic_axes names them for this output, else after the input axis whose sizes
+// (n, k n) they have, else "<output>_dim<d>"; the others are fixed.
+std::vector<std::string> output_dims(const OnnxExportOptions& opt, const std::string& name,
+                                     const Tensor& y, const Tensor& y2,
+                                     const std::map<std::string, Growth>& growth) {
+  std::vector<std::string> dims(static_cast<size_t>(y.dim()));
+  const auto given = opt.dynamic_axes.find(name);
+  if (given != opt.dynamic_axes.end())
+    for (const auto& [gd, sym] : given->second)
+      DLTRAIN_CHECK(gd >= -y.dim() && gd < y.dim(), "export_onnx: dynamic_axes names dim ", gd,
+                    " of output '", name, "', which has shape ", shape_str(y.shape()));
+  for (int64_t d = 0; d < y.dim(); ++d) {
+    const bool varies = y2.defined() && y2.size(d) != y.size(d);
+    const std::string* named = nullptr;
+    if (given != opt.dynamic_axes.end())
+      for (const auto& [gd, sym] : given->second)
+        if ((gd < 0 ? gd + y.dim() : gd) == d) named = &sym;
+    if (named) {
+      DLTRAIN_CHECK(varies, "export_onnx: dynamic_axes names dim ", d, " of output '", name, "' ('",
+                    *named, "'), but its size (", y.size(d),
+                    ") does not change with the inputs' dynamic axes");
+      dims[static_cast<size_t>(d)] = *named;
+      continue;
+    }
+    if (!varies) continue;
+    std::string sym = name + "_dim" + std::to_string(d);
+    for (const auto& [s, g] : growth)
+      if (g.size == y.size(d) && g.size * g.factor == y2.size(d)) sym = s;
+    dims[static_cast<size_t>(d)] = sym;
+  }
+  return dims;
 }
 
 void export_impl(nn::Module* model, const OnnxForward& forward, const std::vector<Tensor>& inputs,
@@ -1161,14 +1459,19 @@ void export_impl(nn::Module* model, const OnnxForward& forward, const std::vecto
                   i, " is 0-d");
   }
   const auto input_names = names_or(opt.input_names, inputs.size(), "input", "input");
+  const Axes axes = input_axes(opt, inputs, input_names);
+  const std::map<std::string, Growth> growth = axis_growth(inputs, axes);
+  const bool dynamic = !growth.empty();
 
   OnnxModel m;
   m.graph_name = opt.graph_name;
   m.opset = opt.opset;
-  Builder b(m, opt.dynamic_batch);
+  Builder b(m);
   for (size_t i = 0; i < inputs.size(); ++i) {
     b.name_known(inputs[i], input_names[i], false);
-    m.inputs.push_back({input_names[i], inputs[i].dtype(), inputs[i].shape(), opt.dynamic_batch});
+    std::vector<std::string> dims(static_cast<size_t>(inputs[i].dim()));
+    for (const auto& [d, sym] : axes[i]) dims[static_cast<size_t>(d)] = sym;
+    m.inputs.push_back({input_names[i], inputs[i].dtype(), inputs[i].shape(), dims});
   }
   nn::NamedTensors weights;  // parameters, then buffers; a tensor registered twice: its first name
   std::vector<Tensor> weight_tensors;
@@ -1183,15 +1486,21 @@ void export_impl(nn::Module* model, const OnnxForward& forward, const std::vecto
         }
   }
 
-  Trace trace;
+  Trace trace, second;  // the second trace: other values, every dynamic size multiplied
   {
     EvalScope eval(model);
     autograd::NoGradGuard no_grad;
     trace = run_trace(forward, inputs, weight_tensors);
-    if (opt.check_graph) {
-      const std::vector<Tensor> other = other_inputs(inputs, opt.dynamic_batch);
-      const Trace second = run_trace(forward, other, weight_tensors);
-      compare_traces(trace, second, inputs, other, weights);
+    if (opt.check_graph || dynamic) {
+      std::string sizes_text;
+      for (const auto& [sym, g] : growth) {
+        if (!sizes_text.empty()) sizes_text += ", ";
+        sizes_text +=
+            sym + " " + std::to_string(g.size) + " and " + std::to_string(g.size * g.factor);
+      }
+      const std::vector<Tensor> other = other_inputs(inputs, axes, growth);
+      second = run_trace(forward, other, weight_tensors);
+      compare_traces(trace, second, inputs, other, weights, sizes_text, b);
     }
   }  // no tracer is left when the mapping runs ops of its own (constants' copies)
   const std::vector<TracedOp>& ops = trace.ops;
@@ -1200,11 +1509,21 @@ void export_impl(nn::Module* model, const OnnxForward& forward, const std::vecto
   for (const TracedOp& op : ops) {
     auto it = mappings().find(op.op);
     DLTRAIN_CHECK(it != mappings().end(), "export_onnx: internal error: no mapping for ", op.op);
+    b.set_bf16(std::any_of(op.outputs.begin(), op.outputs.end(), [](const Tensor& t) {
+      return t.defined() && t.dtype() == DType::bf16;
+    }));
     it->second(b, op);
   }
+  b.set_bf16(false);
 
   DLTRAIN_CHECK(!outputs.empty(), "export_onnx: the forward returned no tensor");
   const auto output_names = names_or(opt.output_names, outputs.size(), "output", "output");
+  for (const auto& [name, dims] : opt.dynamic_axes)
+    DLTRAIN_CHECK(std::count(input_names.begin(), input_names.end(), name) +
+                          std::count(output_names.begin(), output_names.end(), name) >
+                      0,
+                  "export_onnx: dynamic_axes names '", name,
+                  "', which is neither an input nor an output name");
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& y = outputs[i];
     DLTRAIN_CHECK(y.defined(), "export_onnx: output ", i, " of the forward is undefined");
@@ -1216,7 +1535,9 @@ void export_impl(nn::Module* model, const OnnxForward& forward, const std::vecto
       b.bind(y, v);
     }
     b.rename(v, output_names[i]);
-    m.outputs.push_back({output_names[i], y.dtype(), y.shape(), opt.dynamic_batch && y.dim() > 0});
+    m.outputs.push_back(
+        {output_names[i], y.dtype(), y.shape(),
+         output_dims(opt, output_names[i], y, dynamic ? second.outputs.at(i) : Tensor(), growth)});
   }
   detail::onnx_write(m, path);
 }

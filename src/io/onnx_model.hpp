@@ -20,13 +20,13 @@ struct OnnxNode {
   std::vector<dltrain::detail::GraphAttr> attrs;  // a double is written as an ONNX FLOAT
 };
 
-/// A graph input or output: name, element type and shape (dim 0 symbolic "batch" when
-/// dynamic_batch).
+/// A graph input or output: name, element type and shape; dim_names[d], when given and not
+/// empty, makes dim d the symbolic dimension of that name.
 struct OnnxValueInfo {
   std::string name;
   DType dtype = DType::f32;
   Shape shape;
-  bool dynamic_batch = false;
+  std::vector<std::string> dim_names = {};
 };
 
 /// A named tensor stored in the file (a parameter, buffer or constant), on the CPU.

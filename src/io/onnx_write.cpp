@@ -51,8 +51,8 @@ void set_value_info(onnx::ValueInfoProto* v, const OnnxValueInfo& info) {
   auto* shape = tt->mutable_shape();
   for (size_t i = 0; i < info.shape.size(); ++i) {
     auto* d = shape->add_dim();
-    if (i == 0 && info.dynamic_batch)
-      d->set_dim_param("batch");
+    if (i < info.dim_names.size() && !info.dim_names[i].empty())
+      d->set_dim_param(info.dim_names[i]);
     else
       d->set_dim_value(info.shape[i]);
   }

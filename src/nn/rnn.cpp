@@ -3,6 +3,11 @@
 // (sigmoid over all gates at once, the unused slice being cheaper than a second launch per
 // step). Outputs are stacked along time and the two directions concatenated on the feature dim,
 // which is PyTorch's layout.
+//
+// For io::export_onnx each forward is one op ("lstm", "gru") that hands the exporter its input,
+// initial states, weights and options, which it writes as ONNX's LSTM/GRU operators (one per
+// layer); the steps inside are not recorded, so the exported graph does not depend on the
+// sequence length and builds no zero state of the traced batch size.
 #include "dltrain/nn/rnn.hpp"
 
 #include <cmath>
@@ -14,6 +19,8 @@
 #include "dltrain/ops/linalg.hpp"
 #include "dltrain/ops/loss.hpp"
 #include "dltrain/ops/shape.hpp"
+#include "src/core/graph_trace.hpp"
+#include "src/core/trace.hpp"
 
 namespace dltrain::nn {
 
@@ -138,6 +145,23 @@ Tensor run_layers(const RNNBase& m, Tensor x, std::vector<std::vector<Tensor>>& 
   return x;
 }
 
+// The exporter's view of a recurrent forward: input, initial states (undefined when not given),
+// then w_ih, w_hh, b_ih, b_hh of each layer and direction; options as attributes.
+std::vector<Tensor> graph_inputs(const RNNBase& m, std::initializer_list<const Tensor*> head) {
+  std::vector<Tensor> v;
+  for (const Tensor* t : head) v.push_back(*t);
+  for (const auto& w : m.weights()) v.insert(v.end(), {w.w_ih, w.w_hh, w.b_ih, w.b_hh});
+  return v;
+}
+
+std::vector<detail::GraphAttr> graph_attrs(const RNNBase& m) {
+  return {{"hidden_size", m.hidden_size},
+          {"num_layers", m.options.num_layers},
+          {"bidirectional", m.options.bidirectional},
+          {"batch_first", m.options.batch_first},
+          {"bias", m.options.bias}};
+}
+
 }  // namespace
 
 // --- LSTM ------------------------------------------------------------------------------------
@@ -148,6 +172,17 @@ LSTM::LSTM(int64_t input_size_, int64_t hidden_size_, const RNNOptions& options_
 
 std::pair<Tensor, std::pair<Tensor, Tensor>> LSTM::forward(const Tensor& input,
                                                            const std::pair<Tensor, Tensor>& hx) {
+  DLTRAIN_OP_SCOPE("lstm", input, hx.first, hx.second);
+  if (dltrain_op_scope_.graph()) [[unlikely]] {
+    const std::vector<Tensor> r = detail::graph_cold([&] {
+      return detail::graph_record(
+          graph_inputs(*this, {&input, &hx.first, &hx.second}), graph_attrs(*this), [&] {
+            const auto o = forward(input, hx);
+            return std::vector<Tensor>{o.first, o.second.first, o.second.second};
+          });
+    });
+    return {r[0], {r[1], r[2]}};
+  }
   DLTRAIN_CHECK(hx.first.defined() == hx.second.defined(),
                 "LSTM: give both h0 and c0 or neither (zeros)");
   bool batched = true;
@@ -183,6 +218,12 @@ GRU::GRU(int64_t input_size_, int64_t hidden_size_, const RNNOptions& options_, 
     : RNNBase("GRU", 3, input_size_, hidden_size_, options_, opts) {}
 
 std::pair<Tensor, Tensor> GRU::forward(const Tensor& input, const Tensor& hx) {
+  DLTRAIN_OP_SCOPE("gru", input, hx);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record(graph_inputs(*this, {&input, &hx}), graph_attrs(*this),
+                                  [&] { return forward(input, hx); });
+    });
   bool batched = true;
   const Tensor x = prepare(input, {&hx}, batched);
   const Tensor h0 = initial_state(hx, x, batched);

@@ -482,6 +482,11 @@ Tensor segment_mean(const Tensor& src, const Tensor& segment_ids, int64_t num_se
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                  double alpha) {
   DLTRAIN_OP_SCOPE("index_add", x, index, src);
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x, index, src}, {{"dim", dim}, {"alpha", alpha}},
+                                  [&] { return index_add(x, dim, index, src, alpha); });
+    });
   const char* op = "index_add";
   detail::check_defined(op, x, "input");
   detail::check_defined(op, src, "src");

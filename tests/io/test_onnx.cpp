@@ -159,17 +159,103 @@ TEST_CASE("export_onnx refuses a forward whose graph depends on the input", "[io
   CHECK(fs::file_size(path) > 0);
   fs::remove(path);
 
-  // A dynamic batch folded into another dim: the Reshape would hold the example's batch.
+  // A tensor built from the batch size in the forward: a constant of the traced size.
+  io::OnnxForward sized = [](const std::vector<Tensor>& in) {
+    const Tensor w = arange(0.0, static_cast<double>(in[0].size(0))).unsqueeze(1);
+    return std::vector<Tensor>{mul(relu(in[0]), w)};
+  };
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(sized, {randn({2, 3})}, scratch("sized.onnx").string(),
+                      {.dynamic_batch = true}),
+      Contains("dynamic sizes batch 2 and 4") && Contains("is a constant built in the forward"));
+  const fs::path fixed = scratch("sized_fixed.onnx");
+  io::export_onnx(sized, {randn({2, 3})}, fixed.string());  // a fixed batch is fine
+  CHECK(fs::file_size(fixed) > 0);
+  fs::remove(fixed);
+}
+
+TEST_CASE("export_onnx refuses ops that would hold a dynamic size as a constant", "[io][onnx]") {
+  if (!io::onnx_supported()) {
+    testing::skip("this build has no ONNX writer (protobuf + onnx.proto)");
+    return;
+  }
+  const io::OnnxExportOptions batch{.dynamic_batch = true};
+  // var's divisor is the number of reduced elements.
+  io::OnnxForward over_batch = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{var(in[0], {0})};
+  };
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(over_batch, {randn({4, 3})}, scratch("v.onnx").string(), batch),
+      Contains("var would hold the size of a reduced dim") && Contains("varies"));
+  // A slice of a dynamic dim to a length computed from its size: the attribute differs.
+  io::OnnxForward half = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].narrow(1, 0, in[0].size(1) / 2)};
+  };
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(half, {randn({2, 6})}, scratch("h.onnx").string(),
+                      {.dynamic_axes = {{"input", {{1, "length"}}}}}),
+      Contains("different ops for two inputs with other values and the dynamic sizes length 6 "
+               "and 12"));
+  // An adaptive pool to 3x3 from a varying height: its kernel comes from the traced size.
+  io::OnnxForward pool = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{adaptive_avg_pool2d(in[0], 3)};
+  };
+  REQUIRE_THROWS_WITH(io::export_onnx(pool, {randn({1, 2, 6, 6})}, scratch("p.onnx").string(),
+                                      {.dynamic_axes = {{"input", {{2, "height"}}}}}),
+                      Contains("adaptive_avg_pool2d would hold the size of the height"));
+  // Broadcasting a size-1 dim to a varying size.
+  io::OnnxForward bcast = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{add(in[0], in[1].expand(in[0].shape()))};
+  };
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(bcast, {randn({3, 4}), randn({1, 4})}, scratch("e.onnx").string(),
+                      {.dynamic_axes = {{"input_0", {{0, "rows"}}}}}),
+      Contains("expand from shape [1, 4]") && Contains("dim 0"));
+  // Folding a dynamic batch into another dim is inferred (-1); two such dims are not.
   io::OnnxForward fold = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{relu(in[0]).reshape({-1})};
   };
-  REQUIRE_THROWS_WITH(io::export_onnx(fold, {randn({2, 3})}, scratch("fold.onnx").string(),
-                                      {.dynamic_batch = true}),
-                      Contains("two inputs of batch 2 and 3") && Contains("'reshape'"));
-  const fs::path fixed = scratch("fold_fixed.onnx");
-  io::export_onnx(fold, {randn({2, 3})}, fixed.string());  // a fixed batch is fine
-  CHECK(fs::file_size(fixed) > 0);
-  fs::remove(fixed);
+  const fs::path folded = scratch("fold.onnx");
+  io::export_onnx(fold, {randn({2, 3})}, folded.string(), batch);
+  CHECK(fs::file_size(folded) > 0);
+  fs::remove(folded);
+  io::OnnxForward fold2 = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].reshape({in[0].size(0) * 2, -1})};
+  };
+  REQUIRE_THROWS_WITH(io::export_onnx(fold2, {randn({2, 4, 3})}, scratch("f2.onnx").string(),
+                                      {.dynamic_axes = {{"input", {{0, "n"}, {2, "m"}}}}}),
+                      Contains("follow no single input dim"));
+}
+
+TEST_CASE("export_onnx checks its dynamic axes", "[io][onnx]") {
+  if (!io::onnx_supported()) {
+    testing::skip("this build has no ONNX writer (protobuf + onnx.proto)");
+    return;
+  }
+  nn::Linear fc(3, 2);
+  const std::string path = scratch("axes.onnx").string();
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(fc, {randn({2, 3})}, path, {.dynamic_axes = {{"input", {{2, "n"}}}}}),
+      Contains("names dim 2 of input 'input'"));
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(fc, {randn({2, 3})}, path, {.dynamic_axes = {{"x", {{0, "n"}}}}}),
+      Contains("names 'x', which is neither an input nor an output name"));
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(fc, {randn({2, 3})}, path, {.dynamic_axes = {{"input", {{0, ""}}}}}),
+      Contains("an empty name"));
+  io::OnnxForward two = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{add(in[0], in[1])};
+  };
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(two, {randn({2, 3}), randn({2, 3})}, path,
+                      {.dynamic_axes = {{"input_0", {{0, "n"}}}, {"input_1", {{1, "n"}}}}}),
+      Contains("'n' has size 2 at dim 0 of input 'input_0' but 3"));
+  // An output dim named as dynamic must vary.
+  REQUIRE_THROWS_WITH(
+      io::export_onnx(fc, {randn({2, 3})}, path,
+                      {.dynamic_batch = true, .dynamic_axes = {{"output", {{1, "classes"}}}}}),
+      Contains("dim 1 of output 'output' ('classes')") && Contains("does not change"));
+  CHECK_FALSE(fs::exists(path));
 }
 
 TEST_CASE("export_onnx refuses what its ONNX operators would compute differently", "[io][onnx]") {

@@ -11,8 +11,10 @@
 // comparisons, where and masked_fill, a function of token ids and an image through the
 // indexing, slicing and rearranging ops (int64 inputs written as int64), and a function of two
 // named inputs
-// with three named outputs (one tensor returned twice). ResNet-18's weights are saved as
-// safetensors too, for the script to export them with `dltrain-convert export-onnx`.
+// with three named outputs (one tensor returned twice), LSTM and GRU (ONNX's own operators,
+// dynamic batch, and an unbatched GRU whose sequence length varies), a transformer encoder.
+// ResNet-18's weights are saved as safetensors too, for the script to export them with
+// `dltrain-convert export-onnx`.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,8 @@
 
 #include "dltrain/dltrain.hpp"
 #include "dltrain/io/onnx.hpp"
+#include "examples/gnn_tracking/model.hpp"
+#include "examples/vae/model.hpp"
 
 using namespace dltrain;
 namespace fs = std::filesystem;
@@ -41,19 +45,25 @@ void randomise(nn::Module& m) {
       t.copy_(add(mul(randn(t.shape()), 0.1), name.ends_with("weight") ? 1.0 : 0.0));
 }
 
-// Raw little-endian values: int64 tensors as int64 (token ids), everything else as f32.
+// Raw little-endian values: int64 tensors as int64 (token ids), bool as one byte each (masks),
+// everything else as f32 (exact for f16 and bf16 values, whose graph type "feed" names).
 json write_array(const fs::path& dir, const std::string& file, const std::string& name,
                  const Tensor& t0) {
-  const bool ints = t0.dtype() == DType::i64;
-  const Tensor t = t0.detach().to(ints ? DType::i64 : DType::f32).contiguous();
+  const bool ints = t0.dtype() == DType::i64, bools = t0.dtype() == DType::b8;
+  const Tensor t = t0.detach().to(ints ? DType::i64 : bools ? DType::b8 : DType::f32).contiguous();
   std::ofstream f(dir / file, std::ios::binary);
   f.write(static_cast<const char*>(t.data_ptr()),
           static_cast<std::streamsize>(t.numel() * static_cast<int64_t>(dtype_size(t.dtype()))));
   REQUIRE(f.good());
-  return {{"name", name},
-          {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
-          {"file", file},
-          {"dtype", ints ? "int64" : "float32"}};
+  json j = {{"name", name},
+            {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
+            {"file", file},
+            {"dtype", ints    ? "int64"
+                      : bools ? "bool"
+                              : "float32"}};
+  if (t0.dtype() == DType::f16) j["feed"] = "float16";
+  if (t0.dtype() == DType::bf16) j["feed"] = "bfloat16";
+  return j;
 }
 
 // Writes one case of a function of several named inputs and outputs: exported at the first
@@ -225,6 +235,27 @@ struct Activations : nn::Module {
   }
 };
 
+// A fully convolutional encoder-decoder of any even height and width: conv, pool, conv,
+// nearest upsampling by 2, a skip concatenation and a 1x1 head.
+struct FullyConv : nn::Module {
+  std::shared_ptr<nn::Conv2d> stem, down, head;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  FullyConv() : Module("FullyConv") {
+    stem = register_module("stem",
+                           std::make_shared<nn::Conv2d>(3, 6, 3, nn::Conv2dOptions{.padding = 1}));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(6));
+    down = register_module("down",
+                           std::make_shared<nn::Conv2d>(6, 6, 3, nn::Conv2dOptions{.padding = 1}));
+    head = register_module("head", std::make_shared<nn::Conv2d>(12, 2, 1));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor s = relu((*bn)((*stem)(x)));
+    const Tensor d = relu((*down)(max_pool2d(s, 2)));
+    const Tensor u = interpolate(d, {.scale_factor = 2.0});  // nearest
+    return (*head)(cat({s, u}, 1));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
@@ -360,17 +391,243 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
                                      {"in1.weight", "in2.running_var"}));
   }
 
-  // A transformer encoder layer (multi-head attention through its ops: matmul, softmax, ...),
-  // a causal attention call, an LSTM (2 layers, bidirectional) and a GRU, unrolled over the 5
-  // steps. A static batch: the recurrent zero state is built with the batch size.
+  // LSTM and GRU as ONNX's LSTM/GRU operators (one per layer), with a dynamic batch: a 2-layer
+  // bidirectional LSTM given its initial states (as [N, L*D, H] inputs, so that the batch is
+  // dim 0 of every graph input and output), a GRU with zero initial state, and an unbatched
+  // GRU without biases whose dim 0 is the sequence length (two lengths run on one file).
+  {
+    auto lstm = std::make_shared<nn::LSTM>(
+        8, 6, nn::RNNOptions{.num_layers = 2, .batch_first = true, .bidirectional = true});
+    io::OnnxForward f = [lstm](const std::vector<Tensor>& in) {
+      const auto [y, st] = (*lstm)(in[0], {in[1].transpose(0, 1), in[2].transpose(0, 1)});
+      return std::vector<Tensor>{y, st.first.transpose(0, 1), st.second.transpose(0, 1)};
+    };
+    const io::OnnxExportOptions o{.input_names = {"tokens", "h0", "c0"},
+                                  .output_names = {"y", "h", "c"},
+                                  .dynamic_batch = true};
+    auto inputs = [](int64_t b) {
+      return std::vector<Tensor>{randn({b, 5, 8}), randn({b, 4, 6}), randn({b, 4, 6})};
+    };
+    models.push_back(export_function(dir, "lstm", *lstm, f, o, inputs, {3, 2},
+                                     {"weight_ih_l0", "weight_hh_l1_reverse", "bias_hh_l1"}));
+    models.back()["ops_include"] = {"LSTM"};
+
+    auto gru = std::make_shared<nn::GRU>(8, 4, nn::RNNOptions{.batch_first = true});
+    io::OnnxForward g = [gru](const std::vector<Tensor>& in) {
+      const auto [y, h] = (*gru)(in[0]);
+      return std::vector<Tensor>{y, h.transpose(0, 1)};
+    };
+    const io::OnnxExportOptions og{
+        .input_names = {"tokens"}, .output_names = {"y", "h"}, .dynamic_batch = true};
+    auto tokens = [](int64_t b) { return std::vector<Tensor>{randn({b, 5, 8})}; };
+    models.push_back(export_function(dir, "gru", *gru, g, og, tokens, {3, 1}, {"bias_ih_l0"}));
+    models.back()["ops_include"] = {"GRU"};
+
+    auto plain = std::make_shared<nn::GRU>(
+        3, 5, nn::RNNOptions{.num_layers = 2, .bias = false, .bidirectional = true});
+    io::OnnxForward p = [plain](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{(*plain)(in[0]).first};
+    };
+    const io::OnnxExportOptions op{
+        .input_names = {"sequence"}, .output_names = {"y"}, .dynamic_batch = true};
+    auto steps = [](int64_t t) { return std::vector<Tensor>{randn({t, 3})}; };
+    models.push_back(
+        export_function(dir, "gru_unbatched", *plain, p, op, steps, {7, 4}, {"weight_hh_l1"}));
+    models.back()["ops_include"] = {"GRU"};
+  }
+
+  // Dynamic axes beyond the batch ("dims": the symbolic name, or null for a fixed size, of every
+  // dim of the named graph values, for the script to check). A batch folded into one dim by
+  // view(-1) (inferred by the Reshape); an LSTM and a transformer encoder layer over a variable
+  // batch and sequence length; the GNN tracking example over variable numbers of nodes and
+  // edges (index_select, index_add into zeros_like, cat); a fully convolutional U-Net-like
+  // model over variable batch, height and width (pooling, upsampling by a scale, a skip).
+  {
+    auto none = std::make_shared<nn::Identity>();
+    io::OnnxForward fold = [](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{relu(in[0]).reshape({-1})};
+    };
+    models.push_back(
+        export_function(dir, "fold", *none, fold,
+                        {.input_names = {"x"}, .output_names = {"flat"}, .dynamic_batch = true},
+                        [](int64_t b) {
+                          return std::vector<Tensor>{randn({b, 3, 2})};
+                        },
+                        {2, 5}, {}));
+    models.back()["dims"] = {{"x", {"batch", nullptr, nullptr}}, {"flat", {"flat_dim0"}}};
+
+    auto lstm = std::make_shared<nn::LSTM>(
+        8, 6, nn::RNNOptions{.num_layers = 2, .batch_first = true, .bidirectional = true});
+    io::OnnxForward f = [lstm](const std::vector<Tensor>& in) {
+      const auto [y, st] = (*lstm)(in[0]);
+      return std::vector<Tensor>{y, st.first.transpose(0, 1)};
+    };
+    const io::OnnxExportOptions seq{.input_names = {"tokens"},
+                                    .output_names = {"y", "h"},
+                                    .dynamic_batch = true,
+                                    .dynamic_axes = {{"tokens", {{1, "sequence"}}}}};
+    auto tokens = [](int64_t b) { return std::vector<Tensor>{randn({b, b + 3, 8})}; };
+    models.push_back(
+        export_function(dir, "lstm_sequence", *lstm, f, seq, tokens, {3, 2}, {"weight_ih_l1"}));
+    models.back()["dims"] = {{"tokens", {"batch", "sequence", nullptr}},
+                             {"y", {"batch", "sequence", nullptr}},
+                             {"h", {"batch", nullptr, nullptr}}};
+
+    auto enc = std::make_shared<nn::TransformerEncoderLayer>(
+        8, 2,
+        nn::TransformerEncoderLayerOptions{
+            .dim_feedforward = 16, .activation = "relu", .batch_first = true});
+    randomise(*enc);
+    // With a key padding mask (true: padding), the last position of every sequence padded.
+    io::OnnxForward e = [enc](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{(*enc)(in[0], Tensor(), in[1])};
+    };
+    const io::OnnxExportOptions eo{
+        .input_names = {"tokens", "padding"},
+        .output_names = {"encoded"},
+        .dynamic_batch = true,
+        .dynamic_axes = {{"tokens", {{1, "sequence"}}}, {"padding", {{1, "sequence"}}}}};
+    auto padded = [](int64_t b) {
+      const int64_t T = b + 3;
+      const Tensor pad = ge(arange(static_cast<double>(T)), static_cast<double>(T - 1))
+                             .unsqueeze(0)
+                             .expand({b, T})
+                             .contiguous();
+      return std::vector<Tensor>{randn({b, T, 8}), pad};
+    };
+    models.push_back(
+        export_function(dir, "encoder_sequence", *enc, e, eo, padded, {2, 3}, {"norm1.weight"}));
+    models.back()["dims"] = {{"tokens", {"batch", "sequence", nullptr}},
+                             {"padding", {"batch", "sequence"}},
+                             {"encoded", {"batch", "sequence", nullptr}}};
+
+    auto gnn = gnn_tracking::make_model(8, 2);
+    io::OnnxForward g = [gnn](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{(*gnn)(in[0], in[1], in[2])};
+    };
+    const io::OnnxExportOptions go{
+        .input_names = {"x", "edge_index", "edge_attr"},
+        .output_names = {"scores"},
+        .dynamic_axes = {
+            {"x", {{0, "nodes"}}}, {"edge_index", {{1, "edges"}}}, {"edge_attr", {{0, "edges"}}}}};
+    auto graph = [](int64_t n) {
+      const int64_t edges = n + 5;
+      return std::vector<Tensor>{randn({n, 3}), randint(0, n, {2, edges}), randn({edges, 4})};
+    };
+    models.push_back(export_function(dir, "gnn", *gnn, g, go, graph, {7, 5},
+                                     {"0.node.0.weight", "2.net.2.bias"}));
+    models.back()["dims"] = {{"x", {"nodes", nullptr}},
+                             {"edge_index", {nullptr, "edges"}},
+                             {"edge_attr", {"edges", nullptr}},
+                             {"scores", {"edges"}}};
+    models.back()["ops_include"] = {"ScatterElements"};
+
+    // examples/vae's encoder (conv trunk, two Linear heads: two outputs) and decoder (Linear,
+    // a view to [N, 64, 7, 7], two transposed convolutions), each with a dynamic batch.
+    auto vae = std::make_shared<vae_example::VAE>(16);
+    io::OnnxForward encode = [vae](const std::vector<Tensor>& in) {
+      const auto [mu, logvar] = (*vae->encoder)(in[0]);
+      return std::vector<Tensor>{mu, logvar};
+    };
+    models.push_back(export_function(
+        dir, "vae_encoder", *vae->encoder, encode,
+        {.input_names = {"image"}, .output_names = {"mu", "logvar"}, .dynamic_batch = true},
+        [](int64_t b) {
+          return std::vector<Tensor>{rand({b, 1, 28, 28})};
+        },
+        {3, 2}, {"0.0.weight", "1.logvar.bias"}));
+    io::OnnxForward decode = [vae](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{vae->decoder->forward(in[0])};
+    };
+    models.push_back(export_function(
+        dir, "vae_decoder", *vae->decoder, decode,
+        {.input_names = {"z"}, .output_names = {"probabilities"}, .dynamic_batch = true},
+        [](int64_t b) {
+          return std::vector<Tensor>{randn({b, 16})};
+        },
+        {4, 1}, {"fc.weight", "up2.bias"}));
+    models.back()["ops_include"] = {"ConvTranspose"};
+
+    auto fcn = std::make_shared<FullyConv>();
+    randomise(*fcn);
+    io::OnnxForward c = [fcn](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{(*fcn)(in[0])};
+    };
+    const io::OnnxExportOptions co{.input_names = {"image"},
+                                   .output_names = {"mask"},
+                                   .dynamic_batch = true,
+                                   .dynamic_axes = {{"image", {{2, "height"}, {3, "width"}}}}};
+    auto image = [](int64_t b) {
+      return std::vector<Tensor>{randn({b, 3, 2 * b + 4, 14 - 2 * b})};
+    };
+    models.push_back(
+        export_function(dir, "fully_conv", *fcn, c, co, image, {2, 1}, {"down.weight"}));
+    models.back()["dims"] = {{"image", {"batch", nullptr, "height", "width"}},
+                             {"mask", {"batch", nullptr, "height", "width"}}};
+  }
+
+  // 16-bit models (module.to(dtype)): the fully convolutional model in f16 and in bf16 (where
+  // ONNX's Conv, pooling and friends have no bf16 form, the exporter computes them in f32 and
+  // rounds once, as dltrain does), the MLP (GELU, SiLU, log_softmax) in bf16 and the
+  // bidirectional LSTM in f16.
+  {
+    for (const DType dt : {DType::f16, DType::bf16}) {
+      auto fcn = std::make_shared<FullyConv>();
+      randomise(*fcn);
+      fcn->to(dt);
+      io::OnnxForward c = [fcn](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{(*fcn)(in[0])};
+      };
+      const io::OnnxExportOptions co{.input_names = {"image"},
+                                     .output_names = {"mask"},
+                                     .dynamic_batch = true,
+                                     .dynamic_axes = {{"image", {{2, "height"}, {3, "width"}}}}};
+      auto image = [dt](int64_t b) {
+        return std::vector<Tensor>{randn({b, 3, 2 * b + 4, 14 - 2 * b}, TensorOptions(dt))};
+      };
+      const std::string name = dt == DType::f16 ? "fully_conv_f16" : "fully_conv_bf16";
+      models.push_back(
+          export_function(dir, name, *fcn, c, co, image, {2, 1}, {"stem.weight", "bn.bias"}));
+      models.back()["dims"] = {{"mask", {"batch", nullptr, "height", "width"}}};
+    }
+    auto mlp16 = std::make_shared<Mlp>();
+    mlp16->to(DType::bf16);
+    io::OnnxForward f = [mlp16](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{(*mlp16)(in[0])};
+    };
+    models.push_back(export_function(
+        dir, "mlp_bf16", *mlp16, f,
+        {.input_names = {"input"}, .output_names = {"output"}, .dynamic_batch = true},
+        [](int64_t b) {
+          return std::vector<Tensor>{randn({b, 3, 8, 8}, DType::bf16)};
+        },
+        {4, 3}, {"fc2.weight"}));
+    auto lstm = std::make_shared<nn::LSTM>(
+        8, 6, nn::RNNOptions{.batch_first = true, .bidirectional = true});
+    lstm->to(DType::f16);
+    io::OnnxForward l = [lstm](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{(*lstm)(in[0]).first};
+    };
+    models.push_back(
+        export_function(dir, "lstm_f16", *lstm, l,
+                        {.input_names = {"tokens"}, .output_names = {"y"}, .dynamic_batch = true},
+                        [](int64_t b) {
+                          return std::vector<Tensor>{randn({b, 5, 8}, DType::f16)};
+                        },
+                        {3, 2}, {"weight_hh_l0_reverse"}));
+    models.back()["ops_include"] = {"LSTM"};
+    // dltrain rounds to f16 after each of the 9 ops of a step (gate GEMM, add, sigmoid, 2 tanh,
+    // 3 mul, add) over the 5 steps of one direction; ONNX Runtime's LSTM rounds once.
+    models.back()["roundings"] = 9 * 5;
+  }
+
+  // A transformer encoder layer (multi-head attention through its ops: matmul, softmax, ...)
+  // and a causal attention call, at a static batch.
   {
     auto enc = std::make_shared<nn::TransformerEncoderLayer>(
         8, 2,
         nn::TransformerEncoderLayerOptions{
             .dim_feedforward = 16, .activation = "gelu", .batch_first = true});
-    auto lstm = std::make_shared<nn::LSTM>(
-        8, 6, nn::RNNOptions{.num_layers = 2, .batch_first = true, .bidirectional = true});
-    auto gru = std::make_shared<nn::GRU>(8, 4, nn::RNNOptions{.batch_first = true});
     randomise(*enc);
     auto inputs = [](int64_t b) { return std::vector<Tensor>{randn({b, 5, 8})}; };
     auto add_static = [&](const std::string& name, nn::Module& owner, const io::OnnxForward& f,
@@ -388,18 +645,6 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
                      scaled_dot_product_attention(in[0], in[0], in[0], Tensor(), 0.0, true)};
                },
                {"attended"}, {});
-    add_static("lstm", *lstm,
-               [lstm](const std::vector<Tensor>& in) {
-                 const auto [y, state] = (*lstm)(in[0]);
-                 return std::vector<Tensor>{y, state.first, state.second};
-               },
-               {"y", "h", "c"}, {"weight_hh_l1_reverse"});
-    add_static("gru", *gru,
-               [gru](const std::vector<Tensor>& in) {
-                 const auto [y, h] = (*gru)(in[0]);
-                 return std::vector<Tensor>{y, h};
-               },
-               {"y", "h"}, {"bias_ih_l0"});
   }
 
   std::ofstream f(dir / "expect.json");

@@ -13,10 +13,16 @@
 //
 // The graph is what the call executed, so control flow in the forward that depends on the
 // input's values would be baked in as taken: export_onnx traces the forward a second time on
-// other values (and one more item with dynamic_batch) and refuses the export, naming the first
-// op that differs, when the two graphs differ (OnnxExportOptions::check_graph). Shapes are
-// those of the example inputs, except the batch axis (dim 0 of every input and output) when
-// dynamic_batch is set; reshapes that keep the batch dim then copy it from their input.
+// other values and refuses the export, naming the first op that differs, when the two graphs
+// differ (OnnxExportOptions::check_graph). Shapes are those of the example inputs, except the
+// dynamic axes (dynamic_batch: dim 0 of every input; dynamic_axes: any input dims, by name):
+// the second trace then also multiplies every dynamic size (by 2, 3, ... per name: a whole
+// multiple keeps a U-Net's sizes divisible), and the dims of every tensor that change with it
+// are the graph's variable dims. Reshapes take such dims from their input
+// (copied, read with Shape, or inferred), outputs name them after the input axis whose size
+// they follow, and an op whose ONNX form would hold a variable size as a constant (a variance
+// over a dynamic dim, an adaptive pool or an interpolation to a fixed size of one, ...) stops
+// the export with an error naming it.
 //
 // Errors (dltrain::Error): an op with no ONNX mapping (its name; inside a module called as
 // m(x), the module's path too), a path that cannot be written, a build without protobuf
@@ -24,6 +30,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,12 +44,21 @@ struct OnnxExportOptions {
   std::vector<std::string> input_names = {};
   /// Names of the graph outputs; default "output" (one output) or "output_0", ...
   std::vector<std::string> output_names = {};
-  /// Dim 0 of every input and output becomes the symbolic dimension "batch".
+  /// Dim 0 of every input becomes the symbolic dimension "batch" (and so does every output dim
+  /// that follows it).
   bool dynamic_batch = false;
-  /// Trace the forward a second time, on inputs with other values (and, with dynamic_batch,
-  /// one more item), and refuse the export when the two graphs differ: a forward that branches
-  /// on its input's values, or a dynamic batch that does not stay in dim 0 of every tensor.
-  /// Costs one more forward pass.
+  /// Further variable dims of the graph inputs, by input name: dim -> symbolic name, e.g.
+  /// {{"tokens", {{1, "sequence"}}}} or, for a graph network, {{"x", {{0, "nodes"}}},
+  /// {"edge_index", {{1, "edges"}}}, {"edge_attr", {{0, "edges"}}}}. A name used for several
+  /// dims is one size (the example inputs must agree on it). An output name may be given too,
+  /// to name its variable dims (otherwise they take the name of the input axis they follow, or
+  /// "<output>_dim<d>"). The second trace runs on inputs whose k-th name is k + 1 times larger
+  /// (2x, 3x, ...): its memory and time grow with the product of those factors.
+  std::map<std::string, std::map<int64_t, std::string>> dynamic_axes = {};
+  /// Trace the forward a second time, on inputs with other values, and refuse the export when
+  /// the two graphs differ: a forward that branches on its input's values, or (with dynamic
+  /// axes, which always take the second trace) one whose ops or constants depend on a dynamic
+  /// size. Costs one more forward pass.
   bool check_graph = true;
   /// The ONNX opset; only 17 (ONNX 1.12, ONNX Runtime 1.13 and later) for now.
   int64_t opset = 17;
