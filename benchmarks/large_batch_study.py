@@ -101,6 +101,17 @@ def mean_sd(v):
     return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
 
 
+def write_summary(a, stem, md, summary):
+    """Prints the tables and writes OUT/STEM.md and OUT/STEM.json."""
+    text = "\n".join(md) + "\n"
+    print(text)
+    with open(os.path.join(a.out, stem + ".md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, stem + ".json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return 0
+
+
 def final_table(a, side, rows_of):
     """The final-accuracy table of one side: rows_of(recipe) = {lr: curves or None}."""
     md = [f"Final test accuracy (%) after {a.epochs} epochs, mean ± standard deviation over "
@@ -135,13 +146,7 @@ def peer_only(a, sweep, skip):
                "recipes": {r: {"batch": RECIPES[r]["batch"], "best_lr_measured": best[r],
                                "pytorch": {f"{lr:g}": c for lr, c in rows[r].items()
                                            if c is not None}} for r in a.recipes}}
-    text = "\n".join(md) + "\n"
-    print(text)
-    with open(os.path.join(a.out, "summary_pytorch.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, "summary_pytorch.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    return 0
+    return write_summary(a, "summary_pytorch", md, summary)
 
 
 def main():
@@ -226,13 +231,7 @@ def main():
                 md.append(f"| {r} | {lr:g} | {side} | " + " | ".join(cells) + " | " +
                           (("yes" if ok else "**no**") if side == "pytorch" else "") + " |")
         summary["agree"] = agree_all
-    text = "\n".join(md) + "\n"
-    print(text)
-    with open(os.path.join(a.out, "summary.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    return 0
+    return write_summary(a, "summary", md, summary)
 
 
 if __name__ == "__main__":

@@ -440,8 +440,8 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
   // dim of the named graph values, for the script to check). A batch folded into one dim by
   // view(-1) (inferred by the Reshape); an LSTM and a transformer encoder layer over a variable
   // batch and sequence length; the GNN tracking example over variable numbers of nodes and
-  // edges (index_select, index_add into zeros_like, cat); a fully convolutional U-Net-like
-  // model over variable batch, height and width (pooling, upsampling by a scale, a skip).
+  // edges (index_select, index_add into zeros_like, cat); the VAE's encoder and decoder. (The
+  // fully convolutional model over variable batch, height and width is in the next block.)
   {
     auto none = std::make_shared<nn::Identity>();
     io::OnnxForward fold = [](const std::vector<Tensor>& in) {
@@ -547,31 +547,15 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
         },
         {4, 1}, {"fc.weight", "up2.bias"}));
     models.back()["ops_include"] = {"ConvTranspose"};
-
-    auto fcn = std::make_shared<FullyConv>();
-    randomise(*fcn);
-    io::OnnxForward c = [fcn](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{(*fcn)(in[0])};
-    };
-    const io::OnnxExportOptions co{.input_names = {"image"},
-                                   .output_names = {"mask"},
-                                   .dynamic_batch = true,
-                                   .dynamic_axes = {{"image", {{2, "height"}, {3, "width"}}}}};
-    auto image = [](int64_t b) {
-      return std::vector<Tensor>{randn({b, 3, 2 * b + 4, 14 - 2 * b})};
-    };
-    models.push_back(
-        export_function(dir, "fully_conv", *fcn, c, co, image, {2, 1}, {"down.weight"}));
-    models.back()["dims"] = {{"image", {"batch", nullptr, "height", "width"}},
-                             {"mask", {"batch", nullptr, "height", "width"}}};
   }
 
-  // 16-bit models (module.to(dtype)): the fully convolutional model in f16 and in bf16 (where
-  // ONNX's Conv, pooling and friends have no bf16 form, the exporter computes them in f32 and
-  // rounds once, as dltrain does), the MLP (GELU, SiLU, log_softmax) in bf16 and the
+  // The fully convolutional U-Net-like model (pooling, upsampling by a scale, a skip) over
+  // variable batch, height and width, in f32, then as 16-bit models (module.to(dtype)) in f16 and
+  // bf16 (where ONNX's Conv, pooling and friends have no bf16 form, the exporter computes them
+  // in f32 and rounds once, as dltrain does); the MLP (GELU, SiLU, log_softmax) in bf16 and the
   // bidirectional LSTM in f16.
   {
-    for (const DType dt : {DType::f16, DType::bf16}) {
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
       auto fcn = std::make_shared<FullyConv>();
       randomise(*fcn);
       fcn->to(dt);
@@ -585,10 +569,13 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
       auto image = [dt](int64_t b) {
         return std::vector<Tensor>{randn({b, 3, 2 * b + 4, 14 - 2 * b}, TensorOptions(dt))};
       };
-      const std::string name = dt == DType::f16 ? "fully_conv_f16" : "fully_conv_bf16";
+      const std::string name = dt == DType::f32   ? "fully_conv"
+                               : dt == DType::f16 ? "fully_conv_f16"
+                                                  : "fully_conv_bf16";
       models.push_back(
-          export_function(dir, name, *fcn, c, co, image, {2, 1}, {"stem.weight", "bn.bias"}));
-      models.back()["dims"] = {{"mask", {"batch", nullptr, "height", "width"}}};
+          export_function(dir, name, *fcn, c, co, image, {2, 1}, {"stem.weight", "down.weight"}));
+      models.back()["dims"] = {{"image", {"batch", nullptr, "height", "width"}},
+                               {"mask", {"batch", nullptr, "height", "width"}}};
     }
     auto mlp16 = std::make_shared<Mlp>();
     mlp16->to(DType::bf16);
