@@ -903,6 +903,88 @@ void map_index_add(Builder& b, const TracedOp& op) {
          b.node("ScatterElements", {b.value(x), iv, sv}, {{"axis", d}, {"reduction", "add"}}));
 }
 
+// repeat: Tile, after Unsqueeze of the leading size-1 dims that extra repeat counts add.
+void map_repeat(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const std::vector<int64_t> reps = attr_ints(op, "repeats");
+  std::string xv = b.value(x);
+  const auto lead = static_cast<int64_t>(reps.size()) - x.dim();
+  if (lead > 0) {
+    std::vector<int64_t> axes(static_cast<size_t>(lead));
+    for (int64_t i = 0; i < lead; ++i) axes[static_cast<size_t>(i)] = i;
+    xv = b.node("Unsqueeze", {xv, b.const_i64(axes)});
+  }
+  b.bind(out(op), b.node("Tile", {xv, b.const_i64(reps)}));
+}
+
+// roll: per rolled dim, the last s elements then the first n - s (Slice, Concat), s = shift
+// mod n with n the dim's (fixed) size; without dims, the flattened tensor rolled and reshaped.
+void map_roll(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const std::vector<int64_t> shifts = attr_ints(op, "shifts");
+  std::vector<int64_t> dims = attr_ints(op, "dims");
+  const std::string xv = b.value(x);
+  std::string y = xv;
+  std::vector<int64_t> sizes;
+  if (dims.empty()) {
+    int64_t n = 1;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      n *= fixed_size(b, op, x, d, "a dim of the flattened input");
+    y = b.node("Reshape", {xv, b.const_i64({-1})});
+    dims = {0};
+    sizes = {n};
+  } else {
+    for (int64_t d : dims) sizes.push_back(fixed_size(b, op, x, d, "a rolled dim"));
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t n = sizes[i];
+    if (n == 0) continue;
+    const int64_t sh = ((shifts[i] % n) + n) % n;
+    if (sh == 0) continue;
+    const std::string axis = b.const_i64({dims[i]});
+    const std::string tail = b.node("Slice", {y, b.const_i64({n - sh}), b.const_i64({n}), axis});
+    const std::string head = b.node("Slice", {y, b.const_i64({0}), b.const_i64({n - sh}), axis});
+    y = b.node("Concat", {tail, head}, {{"axis", dims[i]}});
+  }
+  if (attr_ints(op, "dims").empty()) y = b.node("Reshape", {y, b.node("Shape", {xv})});
+  b.bind(out(op), b.node("Identity", {y}));
+}
+
+// sort, argsort and topk: TopK, whose ties come out lower index first (ONNX's rule since opset
+// 11), as dltrain's stable sort and topk order them. sort's k is the dim's size, read with
+// Shape at run time.
+void map_topk(Builder& b, const TracedOp& op) {
+  const Tensor& x = in(op, 0);
+  const std::string xv = b.value(x);
+  if (x.dim() == 0) {  // one element: itself, index 0
+    if (op.op == "argsort") {
+      b.bind(out(op), b.scalar(0, DType::i64));
+      return;
+    }
+    b.bind(out(op, 0), b.node("Identity", {xv}));
+    b.bind(out(op, 1), b.scalar(0, DType::i64));
+    return;
+  }
+  const int64_t d = wrap_dim(attr_i(op, "dim"), x.dim(), op.op.c_str());
+  std::string k;
+  int64_t largest = 0;
+  if (op.op == "topk") {
+    k = b.const_i64({attr_i(op, "k")});
+    largest = attr_i(op, "largest");
+  } else {
+    k = b.node("Gather", {b.node("Shape", {xv}), b.const_i64({d})}, {{"axis", 0}});
+    largest = attr_i(op, "descending");
+  }
+  const auto outs =
+      b.node_outputs("TopK", {xv, k}, {{"axis", d}, {"largest", largest}, {"sorted", 1}}, 2);
+  if (op.op == "argsort") {
+    b.bind(out(op), outs[1]);
+    return;
+  }
+  b.bind(out(op, 0), outs[0]);
+  b.bind(out(op, 1), outs[1]);
+}
+
 // zeros_like, ones_like, full_like: the value broadcast to the input's shape at run time.
 void map_full_like(Builder& b, const TracedOp& op) {
   const Tensor& x = in(op, 0);
@@ -1155,6 +1237,11 @@ const std::map<std::string, Mapping, std::less<>>& mappings() {
       {"scatter_add", map_scatter_add},
       {"instance_norm", map_instance_norm},
       {"index_add", map_index_add},
+      {"repeat", map_repeat},
+      {"roll", map_roll},
+      {"sort", map_topk},
+      {"argsort", map_topk},
+      {"topk", map_topk},
       {"full_like", map_full_like},
       {"lstm", map_rnn},
       {"gru", map_rnn},

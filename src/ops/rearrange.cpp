@@ -20,6 +20,11 @@ Tensor repeat(const Tensor& x, const Shape& repeats) {
   DLTRAIN_OP_SCOPE("repeat", x);
   const char* op = "repeat";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"repeats", std::vector<int64_t>(repeats)}},
+                                  [&] { return repeat(x, repeats); });
+    });
   const int64_t n = static_cast<int64_t>(repeats.size());
   DLTRAIN_CHECK(n >= x.dim(), op, ": repeats ", shape_str(repeats), " has fewer entries than the ",
                 x.dim(), " dimensions of the input of shape ", shape_str(x.shape()),
@@ -64,6 +69,13 @@ Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims) {
   DLTRAIN_OP_SCOPE("roll", x);
   const char* op = "roll";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      std::vector<int64_t> axes;
+      for (int64_t d : dims) axes.push_back(wrap_dim(d, x.dim(), op));
+      return detail::graph_record({x}, {{"shifts", std::vector<int64_t>(shifts)}, {"dims", axes}},
+                                  [&] { return roll(x, shifts, dims); });
+    });
   if (dims.empty()) {
     DLTRAIN_CHECK(shifts.size() == 1, op, ": without dims, give exactly one shift (got ",
                   shape_str(shifts), ")");

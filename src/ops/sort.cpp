@@ -83,6 +83,11 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
   DLTRAIN_OP_SCOPE("sort", x);
   const char* op = "sort";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}, {"descending", descending}},
+                                  [&] { return sort(x, dim, descending); });
+    });
   if (x.dim() == 0) {
     auto [v, i] = sort(x.reshape({1}), 0, descending);
     return {v.reshape({}), i.reshape({})};
@@ -96,6 +101,11 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
   DLTRAIN_OP_SCOPE("argsort", x);
   const char* op = "argsort";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"dim", dim}, {"descending", descending}},
+                                  [&] { return argsort(x, dim, descending); });
+    });
   if (x.dim() == 0) return zeros({}, TensorOptions(DType::i64).with_device(x.device()));
   return sort_indices(x, wrap_dim(dim, x.dim(), op), descending).contiguous();
 }
@@ -104,6 +114,11 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   DLTRAIN_OP_SCOPE("topk", x);
   const char* op = "topk";
   detail::check_defined(op, x, "input");
+  if (dltrain_op_scope_.graph()) [[unlikely]]
+    return detail::graph_cold([&] {
+      return detail::graph_record({x}, {{"k", k}, {"dim", dim}, {"largest", largest}},
+                                  [&] { return topk(x, k, dim, largest); });
+    });
   if (x.dim() == 0) {
     auto [v, i] = topk(x.reshape({1}), k, 0, largest);
     return {v.reshape({}), i.reshape({})};

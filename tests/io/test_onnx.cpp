@@ -1,6 +1,6 @@
 // io::export_onnx's error paths and side effects: an op with no ONNX mapping stops the export
 // with an error naming the op and the module path where it ran (and so does an op whose
-// output would otherwise be taken for a constant, argsort), a path that cannot be written,
+// output would otherwise be taken for a constant), a path that cannot be written,
 // eval-only semantics (BatchNorm without running statistics), the training flags restored after the
 // trace, and a build without protobuf. That the files are right is checked by ONNX Runtime
 // (tests/io/onnx_runtime_check.py).
@@ -19,17 +19,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A layer whose forward uses an op export_onnx does not map (roll).
-struct RollLayer : nn::Module {
-  RollLayer() : Module("RollLayer") {}
-  Tensor forward(const Tensor& x) override { return roll(x, {1}, {1}); }
+// A layer whose forward uses an op export_onnx does not map (tril).
+struct TrilLayer : nn::Module {
+  TrilLayer() : Module("TrilLayer") {}
+  Tensor forward(const Tensor& x) override { return tril(x); }
 };
 
-// A layer whose forward uses argsort (no ONNX mapping yet) as a value: its output must not be
+// A layer whose forward uses tril (no ONNX mapping yet) as a value: its output must not be
 // taken for a constant.
 struct MaskLayer : nn::Module {
   MaskLayer() : Module("MaskLayer") {}
-  Tensor forward(const Tensor& x) override { return mul(x, argsort(x, 1).to(x.dtype())); }
+  Tensor forward(const Tensor& x) override { return mul(x, tril(x)); }
 };
 
 // A forward that branches on the input's values.
@@ -55,10 +55,10 @@ TEST_CASE("export_onnx names an op without ONNX mapping and the module path", "[
   }
   auto model = nn::sequential(
       {std::make_shared<nn::Linear>(4, 6),
-       nn::sequential({std::make_shared<nn::ReLU>(), std::make_shared<RollLayer>()})});
-  const fs::path path = scratch("roll.onnx");
+       nn::sequential({std::make_shared<nn::ReLU>(), std::make_shared<TrilLayer>()})});
+  const fs::path path = scratch("tril.onnx");
   REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 4})}, path.string()),
-                      Contains("'roll' has no ONNX mapping") && Contains("in 1.1 (RollLayer)"));
+                      Contains("'tril' has no ONNX mapping") && Contains("in 1.1 (TrilLayer)"));
   CHECK_FALSE(fs::exists(path));
   // The tracer is gone: the same model runs (and records autograd) as usual afterwards.
   Tensor y = (*model)(randn({2, 4}));
@@ -73,14 +73,14 @@ TEST_CASE("export_onnx refuses an unmapped op instead of baking it in as a const
     return;
   }
   auto model = nn::sequential({std::make_shared<nn::Linear>(3, 3), std::make_shared<MaskLayer>()});
-  REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 3})}, scratch("argsort.onnx").string()),
-                      Contains("'argsort' has no ONNX mapping") && Contains("in 1 (MaskLayer)"));
+  REQUIRE_THROWS_WITH(io::export_onnx(*model, {randn({2, 3})}, scratch("tril.onnx").string()),
+                      Contains("'tril' has no ONNX mapping") && Contains("in 1 (MaskLayer)"));
   // A plain function (no module): the op's name alone.
   io::OnnxForward f = [](const std::vector<Tensor>& x) {
-    return std::vector<Tensor>{roll(relu(x[0]), {1}, {0})};
+    return std::vector<Tensor>{triu(relu(x[0]).reshape({3, 1}))};
   };
   REQUIRE_THROWS_WITH(io::export_onnx(f, {randn({3})}, scratch("f.onnx").string()),
-                      Contains("'roll' has no ONNX mapping"));
+                      Contains("'triu' has no ONNX mapping"));
 }
 
 TEST_CASE("export_onnx raises a clear error for a path it cannot write", "[io][onnx]") {

@@ -436,6 +436,36 @@ TEST_CASE("ONNX files for onnx_runtime_check.py", "[.onnx_fixture]") {
     models.back()["ops_include"] = {"GRU"};
   }
 
+  // roll (one dim, and flattened), repeat (with an extra leading dim), sort, argsort and topk
+  // (TopK, ties by lower index first as dltrain's), over a dynamic batch.
+  {
+    auto none = std::make_shared<nn::Identity>();
+    io::OnnxForward f = [](const std::vector<Tensor>& in) {
+      const Tensor& x = in[0];  // [b, 6]
+      const auto [top, top_i] = topk(x, 3, 1);
+      const auto [low, low_i] = topk(x, 2, 1, /*largest=*/false);
+      const auto [sorted, order] = sort(x, 1, /*descending=*/true);
+      const Tensor rank = argsort(x, 1).to(DType::f32);
+      return std::vector<Tensor>{add(roll(x, {2}, {1}), roll(x.slice(0, 0, 1), {-5})),
+                                 repeat(x, {2, 1, 2}), cat({top, low, sorted, rank}, 1),
+                                 cat({top_i, low_i, order}, 1).to(DType::f32)};
+    };
+    models.push_back(export_function(dir, "rearrange_sort", *none, f,
+                                     {.input_names = {"x"},
+                                      .output_names = {"rolled", "tiled", "sorted", "indices"},
+                                      .dynamic_batch = true},
+                                     [](int64_t b) {
+                                       return std::vector<Tensor>{randn({b, 6})};
+                                     },
+                                     {3, 2}, {}));
+    models.back()["ops_include"] = {"TopK", "Tile"};
+    models.back()["dims"] = {{"x", {"batch", nullptr}},
+                             {"rolled", {"batch", nullptr}},
+                             {"tiled", {nullptr, "batch", nullptr}},
+                             {"sorted", {"batch", nullptr}},
+                             {"indices", {"batch", nullptr}}};
+  }
+
   // Dynamic axes beyond the batch ("dims": the symbolic name, or null for a fixed size, of every
   // dim of the named graph values, for the script to check). A batch folded into one dim by
   // view(-1) (inferred by the Reshape); an LSTM and a transformer encoder layer over a variable
