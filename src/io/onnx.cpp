@@ -1424,9 +1424,10 @@ bool same_attrs(const TracedOp& a, const TracedOp& b) {
 }
 
 // The forward's graph must not depend on the input's values (nor on the dynamic sizes, but for
-// the dims that follow them): the second trace, on other values (and every dynamic size one
-// larger), must run the same ops with the same attributes on the same sources, with the same
-// constants. Records in `bld` the second trace's shape of every tensor of the first.
+// the dims that follow them): the second trace, on other values (and every dynamic size
+// multiplied by its factor), must run the same ops with the same attributes on the same
+// sources, with the same constants. Records in `bld` the second trace's shape of every tensor
+// of the first.
 void compare_traces(const Trace& a, const Trace& b, const std::vector<Tensor>& in_a,
                     const std::vector<Tensor>& in_b, const nn::NamedTensors& weights,
                     const std::string& sizes_text, Builder& bld) {
